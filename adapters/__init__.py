@@ -1,0 +1,1 @@
+"""Backend adapters: one per inference server kind; Prompt → async stream of Chunks."""

@@ -1,0 +1,77 @@
+"""The adapter seam: what every backend provides, and how HTTP failures map to errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+import orjson
+
+from app.errors import (
+    ContextLengthExceeded,
+    GatewayError,
+    InvalidRequest,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.model import Chunk, GenerationParams, Prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    token_ids: bool = False
+    logprobs: bool = False
+    max_top_logprobs: int = 0
+    n: bool = False
+    seed: bool = False
+    json_schema: bool = False
+    images: bool = False
+
+
+class Backend(Protocol):
+    """A backend turns a rendered prompt into a stream of chunks."""
+
+    kind: str
+    capabilities: Capabilities
+
+    def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]: ...
+
+
+def transport_error(exc: httpx.HTTPError, base_url: str) -> GatewayError:
+    """Map an httpx exception (connect / timeout / protocol) to a typed gateway error."""
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"The backend at {base_url} timed out ({type(exc).__name__}).")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError(f"Could not connect to the backend at {base_url}.",
+                             code="upstream_unavailable")
+    return UpstreamError(f"Connection to the backend at {base_url} failed: {type(exc).__name__}.")
+
+
+def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+    """Map a non-2xx backend response to a typed gateway error."""
+    message = body.decode("utf-8", "replace")[:500]
+    err_type = ""
+    try:
+        parsed = orjson.loads(body)
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+            message = str(parsed["error"].get("message", message))
+            err_type = str(parsed["error"].get("type", ""))
+    except orjson.JSONDecodeError:
+        pass
+    if err_type == "exceed_context_size_error" or "context length" in message.lower():
+        return ContextLengthExceeded(f"The prompt does not fit the model's context: {message}",
+                                     param="messages")
+    if status == 429:
+        retry = headers.get("retry-after")
+        try:
+            retry_after = float(retry) if retry is not None else None
+        except ValueError:
+            retry_after = None
+        return UpstreamRateLimited(f"The backend is rate limiting: {message}", retry_after=retry_after)
+    if 400 <= status < 500:
+        return InvalidRequest(f"The backend rejected the request: {message}",
+                              code="upstream_rejected")
+    return UpstreamError(f"The backend failed with HTTP {status}: {message}")

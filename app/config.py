@@ -1,0 +1,109 @@
+"""Gateway configuration: a TOML file plus environment overrides.
+
+Resolution order (later wins): built-in defaults → TOML file (``--config`` or
+``OCMGW_CONFIG``) → generic overrides ``OCMGW__a__b__c=value`` (path segments
+separated by ``__``, value parsed as JSON when it parses, else a string) →
+convenience variables ``OCMGW_HOST``, ``OCMGW_PORT`` and, to define one model
+without a file, ``OCMGW_MODEL`` + ``OCMGW_BACKEND_URL`` (comma-separated) with
+optional ``OCMGW_BACKEND`` (default ``llamacpp``) and ``OCMGW_CONTEXT_WINDOW``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelDefaults(_Strict):
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+
+
+class HarmonySettings(_Strict):
+    model_identity: str = "You are ChatGPT, a large language model trained by OpenAI."
+    knowledge_cutoff: str = "2024-06"
+    current_date: str | None = None
+
+
+class ModelConfig(_Strict):
+    backend: Literal["llamacpp"] = "llamacpp"
+    base_urls: list[str] = Field(min_length=1)
+    prompt_format: Literal["harmony"] = "harmony"
+    context_window: int = Field(default=8192, ge=16)
+    owned_by: str = "ocm-gateway"
+    defaults: ModelDefaults = ModelDefaults()
+    harmony: HarmonySettings = HarmonySettings()
+
+
+class UpstreamSettings(_Strict):
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    max_connections: int = 256
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    upstream: UpstreamSettings = UpstreamSettings()
+    models: dict[str, ModelConfig] = {}
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    for key, raw in sorted(env.items()):
+        if key.startswith("OCMGW__") and len(key) > 7:
+            _set_path(data, key[7:].split("__"), _parse_value(raw))
+    if "OCMGW_HOST" in env:
+        data["host"] = env["OCMGW_HOST"]
+    if "OCMGW_PORT" in env:
+        data["port"] = int(env["OCMGW_PORT"])
+    name = env.get("OCMGW_MODEL")
+    if name:
+        model = data.setdefault("models", {}).setdefault(name, {})
+        if env.get("OCMGW_BACKEND_URL"):
+            model["base_urls"] = [u.strip() for u in env["OCMGW_BACKEND_URL"].split(",") if u.strip()]
+        if env.get("OCMGW_BACKEND"):
+            model["backend"] = env["OCMGW_BACKEND"]
+        if env.get("OCMGW_CONTEXT_WINDOW"):
+            model["context_window"] = int(env["OCMGW_CONTEXT_WINDOW"])
+    return data
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+                ) -> GatewayConfig:
+    env = os.environ if env is None else env
+    path = path or env.get("OCMGW_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    return GatewayConfig.model_validate(apply_env(data, env))

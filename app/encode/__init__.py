@@ -1,0 +1,1 @@
+"""Encoders: semantic events → wire protocols (Chat Completions, ...) and SSE framing."""

@@ -1,0 +1,17 @@
+"""SSE framing with orjson: the only place SSE bytes are built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+
+
+def data_event(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def named_event(name: str, payload: Any) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI app, routes, error rendering, lifespan."""

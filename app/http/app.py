@@ -1,0 +1,51 @@
+"""Application factory and lifespan (one shared upstream connection pool)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+
+from app.config import GatewayConfig, load_config
+from app.http import errors, routes_chat, routes_meta
+from app.registry import Registry
+from app.vocab import harmony_encoding
+
+
+def create_app(config: GatewayConfig | None = None,
+               transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """Build the gateway.  ``transport`` replaces the network (tests use MockTransport)."""
+    cfg = config if config is not None else load_config()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        harmony_encoding()  # load the vocabulary before the first request, not during it
+        up = cfg.upstream
+        client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(connect=up.connect_timeout, read=up.read_timeout,
+                                  write=up.connect_timeout, pool=up.connect_timeout),
+            limits=httpx.Limits(max_connections=up.max_connections,
+                                max_keepalive_connections=up.max_connections),
+        )
+        registry = Registry(cfg, client)
+        registry.created = int(time.time())
+        app.state.registry = registry
+        try:
+            yield
+        finally:
+            await client.aclose()
+
+    app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    errors.install(app)
+    app.include_router(routes_chat.router)
+    app.include_router(routes_meta.router)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (config from ``OCMGW_CONFIG`` and env)."""
+    return create_app(load_config())

@@ -1,0 +1,75 @@
+"""Exception handlers: every failure leaves as ``{"error": {message, type, param, code}}``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from app.errors import GatewayError
+from app.http.responses import JSONResponse, error_payload, error_response
+
+log = logging.getLogger("ocm_gateway")
+
+
+def _param(loc: Sequence[Any]) -> str | None:
+    parts = [p for p in loc if p != "body"]
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif p in ("str", "list[...]") or "[" in str(p) or str(p).startswith("function-"):
+            continue  # pydantic union-branch labels, not user-visible field names
+        else:
+            out += ("." if out else "") + str(p)
+    return out or None
+
+
+def _validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        return ("The request body is not valid JSON: " + str(first.get("ctx", {}).get("error", "")),
+                None, "invalid_json")
+    param = _param(first.get("loc", ()))
+    msg = str(first.get("msg", "Invalid request."))
+    if first.get("type") == "missing":
+        return (f"Missing required parameter: {param!r}.", param, "missing_required_parameter")
+    where = f" for {param!r}" if param else ""
+    return (f"Invalid value{where}: {msg}", param, "invalid_value")
+
+
+async def _gateway_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc)
+
+
+async def _validation_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    message, param, code = _validation_message(exc.errors())
+    return JSONResponse(error_payload(message, "invalid_request_error", code, param),
+                        status_code=400)
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse(error_payload(str(exc.detail), "invalid_request_error", code),
+                        status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(_: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return JSONResponse(error_payload("The gateway failed unexpectedly.", "server_error",
+                                      "internal_error"), status_code=500)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

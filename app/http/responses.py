@@ -1,0 +1,29 @@
+"""Response helpers: orjson JSON responses and OpenAI-shaped error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from app.errors import GatewayError, UpstreamRateLimited
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    headers: dict[str, str] = {}
+    if isinstance(exc, UpstreamRateLimited) and exc.retry_after is not None:
+        headers["retry-after"] = str(max(1, round(exc.retry_after)))
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def error_payload(message: str, type_: str, code: str | None, param: str | None = None,
+                  ) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

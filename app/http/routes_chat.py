@@ -1,0 +1,75 @@
+"""``POST /v1/chat/completions``: ingest → pipeline → chat encoder."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+
+from app import events as ev
+from app.encode.chat import ChatChunkEncoder, completion_body
+from app.encode.fold import Folded
+from app.encode.sse import DONE, data_event
+from app.errors import GatewayError
+from app.http.disconnect import cancel_on_disconnect
+from app.http.responses import JSONResponse
+from app.ids import random_id
+from app.ingest.chat import ingest_chat
+from app.pipeline import EventStream, start
+from app.registry import Registry
+from schemas.chat import ChatCompletionRequest
+
+router = APIRouter()
+
+
+async def _sse(stream: EventStream, encoder: ChatChunkEncoder) -> AsyncIterator[bytes]:
+    try:
+        for payload in encoder.start():
+            yield data_event(payload)
+        async for event in stream:
+            for payload in encoder.encode(event):
+                yield data_event(payload)
+        yield DONE
+    finally:
+        await stream.aclose()
+
+
+async def _fold(stream: EventStream) -> Folded:
+    folded = Folded()
+    try:
+        async for event in stream:
+            folded.add(event)
+    finally:
+        await stream.aclose()
+    return folded
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    registry: Registry = request.app.state.registry
+    ingest = ingest_chat(body)
+    route = registry.route(ingest.model)
+    params = registry.with_defaults(ingest.model, ingest.params)
+    stream = await start(route, ingest.conversation, params)
+    response_id = random_id("chatcmpl-")
+    created = int(time.time())
+    if ingest.stream:
+        encoder = ChatChunkEncoder(response_id, ingest.model, created,
+                                   include_usage=ingest.include_usage, logprobs=params.logprobs)
+        return EventSourceResponse(_sse(stream, encoder), ping=15, sep="\n",
+                                   headers={"x-accel-buffering": "no",
+                                            "cache-control": "no-cache"})
+    folded = await cancel_on_disconnect(request, _fold(stream))
+    if folded.error is not None:
+        raise _as_exception(folded.error)
+    return JSONResponse(completion_body(folded, response_id, ingest.model, created,
+                                        logprobs=params.logprobs))
+
+
+def _as_exception(error: ev.Error) -> GatewayError:
+    exc = GatewayError(error.message, code=error.code, status=error.status)
+    exc.type = error.type
+    return exc

@@ -1,0 +1,36 @@
+"""``GET /health``, ``GET /v1/models`` and ``GET /v1/models/{id}``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.http.responses import JSONResponse
+from app.registry import Registry
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def _model_card(registry: Registry, name: str) -> dict[str, object]:
+    cfg = registry.config.models[name]
+    return {"id": name, "object": "model", "created": registry.created, "owned_by": cfg.owned_by,
+            "context_window": cfg.context_window}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    registry: Registry = request.app.state.registry
+    return JSONResponse({"object": "list",
+                         "data": [_model_card(registry, n) for n in registry.routes]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> Response:
+    registry: Registry = request.app.state.registry
+    registry.route(model_id)
+    return JSONResponse(_model_card(registry, model_id))

@@ -1,0 +1,1 @@
+"""Request ingestion: API request bodies → internal Conversation + GenerationParams."""

@@ -1,0 +1,1 @@
+"""Incremental parsers: backend chunks → semantic :mod:`app.events`."""

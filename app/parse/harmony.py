@@ -1,0 +1,167 @@
+"""Incremental Harmony parser on token ids, built on openai-harmony's StreamableParser.
+
+Push tokens with :meth:`HarmonyEventParser.feed` (one backend chunk at a time) and
+call :meth:`HarmonyEventParser.close` when the backend stream ends; both return the
+events the new input produced.  Channel mapping:
+
+* ``analysis`` (and any unknown channel) → :class:`ReasoningDelta` — never text;
+* ``commentary`` without recipient → :class:`PreambleDelta`;
+* ``to=functions.NAME`` on any channel → tool call (started / argument deltas / done);
+* ``final`` (or a message without channel) → :class:`TextDelta`.
+
+``<|return|>`` finishes with ``stop``, ``<|call|>`` with ``tool_calls``, a token
+budget with ``length``.  A stream that ends without a stop token is an error.
+"""
+
+from __future__ import annotations
+
+from openai_harmony import Role, StreamableParser, StreamState
+
+from app import events as ev
+from app.ids import random_id
+from app.model import Chunk, Finish, TokenLogprob, Usage
+from app.render.harmony import CALL, RETURN
+from app.vocab import harmony_encoding
+
+_Kind = str  # "reasoning" | "preamble" | "text" | "tool" | "unsupported"
+
+
+class HarmonyEventParser:
+    def __init__(self, prompt_tokens: int, prefill: tuple[int, ...] = ()) -> None:
+        self._parser = StreamableParser(harmony_encoding(), Role.ASSISTANT, strict=False)
+        self._prompt_tokens = prompt_tokens
+        self._completion_tokens = 0
+        self._reasoning_tokens = 0
+        self._n_messages = 0
+        self._kind: _Kind | None = None
+        self._tool_index = -1
+        self._call_id = ""
+        self._call_name = ""
+        self._stop_token: int | None = None
+        self._done = False
+        self._pending_logprobs: list[TokenLogprob] = []
+        self._usage: Usage | None = None
+        self._out: list[ev.Event] = []
+        for tok in prefill:
+            self._step(tok, None)
+        self._out.clear()  # header tokens of a prefill produce no content events
+
+    # -- public API ---------------------------------------------------------------
+    def feed(self, chunk: Chunk) -> list[ev.Event]:
+        if self._done:
+            return []
+        lps = chunk.logprobs if chunk.logprobs and len(chunk.logprobs) == len(chunk.token_ids) else None
+        for i, tok in enumerate(chunk.token_ids):
+            if self._stop_token is not None:
+                break  # nothing after a stop token belongs to this answer
+            self._completion_tokens += 1
+            self._step(tok, lps[i] if lps else None)
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        if chunk.finish is not None:
+            self._finish(chunk.finish)
+        out, self._out = self._out, []
+        return out
+
+    def close(self) -> list[ev.Event]:
+        """The backend stream ended; a missing finish is a truncation error."""
+        if not self._done:
+            self._done = True
+            self._out.append(ev.Error("The backend stream ended before the model finished "
+                                      "its answer (no stop token).", code="stream_truncated"))
+        out, self._out = self._out, []
+        return out
+
+    # -- internals ----------------------------------------------------------------
+    def _step(self, tok: int, logprob: TokenLogprob | None) -> None:
+        p = self._parser
+        p.process(tok)
+        if tok in (RETURN, CALL):
+            self._stop_token = tok
+        if p.state == StreamState.CONTENT and self._kind is None:
+            self._open_message()
+        if self._kind == "reasoning" and p.state == StreamState.CONTENT:
+            self._reasoning_tokens += 1
+        if logprob is not None and self._kind == "text":
+            self._pending_logprobs.append(logprob)
+        delta = p.last_content_delta if p.state == StreamState.CONTENT else None
+        if delta:
+            self._emit_delta(delta)
+        if len(p.messages) > self._n_messages:
+            self._n_messages = len(p.messages)
+            self._close_message(p.messages[-1].content[0].text if p.messages[-1].content else "")
+
+    def _open_message(self) -> None:
+        p = self._parser
+        recipient = p.current_recipient
+        channel = p.current_channel
+        if recipient and recipient.startswith("functions."):
+            self._kind = "tool"
+            self._tool_index += 1
+            self._call_id = random_id("call_")
+            self._call_name = recipient.removeprefix("functions.")
+            self._out.append(ev.ToolCallStarted(self._tool_index, self._call_id, self._call_name))
+        elif recipient and recipient != "assistant":
+            self._kind = "unsupported"
+            self._out.append(ev.Error(f"The model addressed {recipient!r}, a built-in tool this "
+                                      "gateway does not provide.", code="unsupported_recipient"))
+            self._done = True
+        elif channel == "commentary":
+            self._kind = "preamble"
+        elif channel in (None, "final"):
+            self._kind = "text"
+        else:
+            self._kind = "reasoning"
+
+    def _emit_delta(self, delta: str) -> None:
+        if self._done:
+            return
+        kind = self._kind
+        if kind == "reasoning":
+            self._out.append(ev.ReasoningDelta(delta))
+        elif kind == "preamble":
+            self._out.append(ev.PreambleDelta(delta))
+        elif kind == "text":
+            lps = tuple(self._pending_logprobs) if self._pending_logprobs else None
+            self._pending_logprobs = []
+            self._out.append(ev.TextDelta(delta, lps))
+        elif kind == "tool":
+            self._out.append(ev.ToolCallArgumentsDelta(self._tool_index, delta))
+
+    def _close_message(self, content: str) -> None:
+        kind, self._kind = self._kind, None
+        if self._done:
+            return
+        if kind == "tool":
+            self._out.append(ev.ToolCallDone(self._tool_index, self._call_id, self._call_name,
+                                             content))
+        elif kind in ("reasoning", "preamble", "text"):
+            self._out.append(ev.PartDone(kind))  # type: ignore[arg-type]
+
+    def usage(self) -> Usage:
+        u = self._usage
+        return Usage(
+            prompt_tokens=u.prompt_tokens if u and u.prompt_tokens else self._prompt_tokens,
+            completion_tokens=u.completion_tokens if u and u.completion_tokens else self._completion_tokens,
+            reasoning_tokens=self._reasoning_tokens,
+            cached_tokens=u.cached_tokens if u else 0,
+        )
+
+    def _finish(self, finish: Finish) -> None:
+        if self._done:
+            return
+        self._done = True
+        if finish.kind == "length":
+            if self._kind in ("reasoning", "preamble", "text"):
+                self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
+            self._out.append(ev.Finished("length", self.usage()))
+        elif self._stop_token == CALL and self._tool_index >= 0:
+            self._out.append(ev.Finished("tool_calls", self.usage()))
+        elif self._stop_token is not None or finish.kind == "stop_string":
+            if self._kind in ("reasoning", "preamble", "text"):
+                self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
+            self._out.append(ev.Finished("stop", self.usage()))
+        else:
+            self._out.append(ev.Error("The backend reported end of generation without a Harmony "
+                                      "stop token; the answer is incomplete.",
+                                      code="stream_truncated"))

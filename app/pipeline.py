@@ -1,0 +1,163 @@
+"""The one pipeline both APIs share: render → backend → parse → policies → events.
+
+:func:`start` does everything that can fail with a clean HTTP error (validation,
+rendering, connecting, the first upstream chunk) before returning, so handlers
+can answer 4xx/5xx before committing to a 200 stream.  The returned
+:class:`EventStream` then yields events; a failure after that point becomes a
+terminal :class:`app.events.Error` event, never an exception.  Closing the stream
+(client disconnect) closes the upstream request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from adapters.base import Backend
+from app import events as ev
+from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest
+from app.model import Chunk, Conversation, GenerationParams, Prompt
+from app.parse.harmony import HarmonyEventParser
+from app.policy import StopSequences, ToolGuard
+from app.render.harmony import HarmonyOptions, render_harmony
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """What the pipeline needs to know about a served model."""
+
+    name: str
+    backend: Backend
+    prompt_format: str = "harmony"
+    context_window: int = 8192
+    harmony: HarmonyOptions = field(default_factory=HarmonyOptions)
+
+
+def check_capabilities(route: ModelRoute, params: GenerationParams) -> None:
+    caps = route.backend.capabilities
+    if params.n > 1 and not caps.n:
+        raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
+                             f"model {route.name!r}; send n separate requests.", param="n")
+    if params.logprobs and not caps.logprobs:
+        raise InvalidRequest(f"logprobs are not supported by the {route.backend.kind} backend.",
+                             param="logprobs")
+    if params.top_logprobs > caps.max_top_logprobs:
+        raise InvalidRequest(f"top_logprobs may be at most {caps.max_top_logprobs} for this "
+                             "backend.", param="top_logprobs")
+    if params.seed is not None and not caps.seed:
+        raise InvalidRequest(f"seed is not supported by the {route.backend.kind} backend.",
+                             param="seed")
+
+
+def render(route: ModelRoute, conv: Conversation, params: GenerationParams) -> Prompt:
+    if route.prompt_format != "harmony":
+        raise InvalidRequest(f"Prompt format {route.prompt_format!r} is not available.")
+    return render_harmony(conv, params, route.harmony)
+
+
+def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams) -> GenerationParams:
+    n_prompt = len(prompt.token_ids or ())
+    room = route.context_window - n_prompt
+    if room <= 0:
+        raise ContextLengthExceeded(
+            f"The prompt is {n_prompt} tokens, which does not fit the context window of "
+            f"{route.context_window} tokens for model {route.name!r}.", param="messages")
+    if params.max_tokens is None or params.max_tokens > room:
+        if params.max_tokens is not None and params.max_tokens > room:
+            # Like OpenAI: max_tokens is a cap; asking beyond the window is an error.
+            raise ContextLengthExceeded(
+                f"The prompt ({n_prompt} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+                f"the context window of {route.context_window} tokens.", param="max_tokens")
+        return replace(params, max_tokens=room)
+    return params
+
+
+class EventStream:
+    """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
+
+    def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
+                 parser: HarmonyEventParser, params: GenerationParams,
+                 allowed_tools: frozenset[str]) -> None:
+        self._first = first
+        self._chunks = chunks
+        self._parser = parser
+        self._stops = StopSequences(params.stop)
+        self._guard = ToolGuard(allowed_tools)
+        self._iter = self._run()
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        return await self._iter.__anext__()
+
+    async def aclose(self) -> None:
+        await self._iter.aclose()
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def _raw(self) -> AsyncGenerator[ev.Event, None]:
+        if self._first is not None:
+            for event in self._parser.feed(self._first):
+                yield event
+        try:
+            async for chunk in self._chunks:
+                for event in self._parser.feed(chunk):
+                    yield event
+        except GatewayError as exc:
+            yield ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type,
+                           status=exc.status)
+            return
+        for event in self._parser.close():
+            yield event
+
+    async def _run(self) -> AsyncGenerator[ev.Event, None]:
+        raw = self._raw()
+        try:
+            async for event in raw:
+                if isinstance(event, ev.TextDelta):
+                    for out in self._stops.feed(event):
+                        yield out
+                    if self._stops.matched:
+                        yield ev.PartDone("text")
+                        yield ev.Finished("stop", self._parser.usage())
+                        return
+                    continue
+                if isinstance(event, (ev.PartDone, ev.Finished)):
+                    for out in self._stops.flush():
+                        yield out
+                if isinstance(event, ev.ToolCallStarted):
+                    error = self._guard.check(event)
+                    if error is not None:
+                        yield error
+                        return
+                yield event
+                if isinstance(event, ev.TERMINAL):
+                    return
+        finally:
+            await raw.aclose()
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
+    check_capabilities(route, params)
+    prompt = render(route, conv, params)
+    params = _budget(route, prompt, params)
+    allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()
+    if params.tool_choice.allowed is not None:
+        allowed &= set(params.tool_choice.allowed)
+    parser = HarmonyEventParser(len(prompt.token_ids or ()), prompt.prefill_ids)
+    chunks = route.backend.stream(prompt, params)
+    try:
+        first: Chunk | None = await chunks.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+    return EventStream(first, chunks, parser, params, frozenset(allowed))

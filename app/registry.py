@@ -1,0 +1,57 @@
+"""Served models: config → :class:`app.pipeline.ModelRoute` with live backends."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import httpx
+
+from adapters.base import Backend
+from adapters.llamacpp import LlamaCppBackend
+from app.config import GatewayConfig, ModelConfig
+from app.errors import ModelNotFound
+from app.model import GenerationParams
+from app.pipeline import ModelRoute
+from app.render.harmony import HarmonyOptions
+
+
+def make_backend(cfg: ModelConfig, client: httpx.AsyncClient) -> Backend:
+    if cfg.backend == "llamacpp":
+        return LlamaCppBackend(client, cfg.base_urls)
+    raise ValueError(f"unknown backend kind {cfg.backend!r}")
+
+
+class Registry:
+    def __init__(self, config: GatewayConfig, client: httpx.AsyncClient) -> None:
+        self.config = config
+        self.created = 0
+        self.routes: dict[str, ModelRoute] = {}
+        for name, cfg in config.models.items():
+            self.routes[name] = ModelRoute(
+                name=name,
+                backend=make_backend(cfg, client),
+                prompt_format=cfg.prompt_format,
+                context_window=cfg.context_window,
+                harmony=HarmonyOptions(
+                    model_identity=cfg.harmony.model_identity,
+                    knowledge_cutoff=cfg.harmony.knowledge_cutoff,
+                    current_date=cfg.harmony.current_date,
+                    default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+                ),
+            )
+
+    def route(self, model: str) -> ModelRoute:
+        try:
+            return self.routes[model]
+        except KeyError:
+            raise ModelNotFound(f"The model {model!r} does not exist.", param="model") from None
+
+    def with_defaults(self, model: str, params: GenerationParams) -> GenerationParams:
+        d = self.config.models[model].defaults
+        return replace(
+            params,
+            temperature=params.temperature if params.temperature is not None else d.temperature,
+            top_p=params.top_p if params.top_p is not None else d.top_p,
+            max_tokens=params.max_tokens if params.max_tokens is not None else d.max_tokens,
+            reasoning_effort=params.reasoning_effort or d.reasoning_effort,
+        )

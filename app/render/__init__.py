@@ -1,0 +1,1 @@
+"""Prompt rendering: Conversation + GenerationParams → :class:`app.model.Prompt`."""

@@ -1,0 +1,1 @@
+"""Pydantic wire models of the public APIs (no logic lives here)."""

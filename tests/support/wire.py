@@ -1,0 +1,68 @@
+"""Replay real recorded HTTP exchanges (tests/fixtures/wire) through httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+WIRE = Path(__file__).resolve().parent.parent / "fixtures" / "wire"
+
+
+def load(name: str, server: str = "llamacpp") -> dict[str, Any]:
+    with open(WIRE / server / f"{name}.json", encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
+
+
+class _Body(httpx.AsyncByteStream):
+    """The recorded chunks, one ``aiter_raw`` piece each; records whether it was closed."""
+
+    def __init__(self, chunks: list[bytes], on_close: Callable[[], None] | None = None) -> None:
+        self._chunks = chunks
+        self._on_close = on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+
+
+def recorded_response(record: dict[str, Any], on_close: Callable[[], None] | None = None,
+                      ) -> httpx.Response:
+    resp = record["response"]
+    headers = [(k, v) for k, v in resp["headers"]
+               if k.lower() not in ("content-length", "transfer-encoding")]
+    chunks = [c["text"].encode("utf-8") for c in resp["chunks"]]
+    return httpx.Response(resp["status"], headers=headers, stream=_Body(chunks, on_close))
+
+
+class Replay:
+    """A MockTransport handler answering every request with one recording.
+
+    ``requests`` keeps the parsed JSON bodies the gateway sent, so tests can assert
+    on exactly what went upstream (e.g. the prompt token ids).
+    """
+
+    def __init__(self, name: str, server: str = "llamacpp") -> None:
+        self.record = load(name, server)
+        self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.closed = 0
+
+    def _closed(self) -> None:
+        self.closed += 1
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        self.requests.append(json.loads(request.content))
+        return recorded_response(self.record, self._closed)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self)
