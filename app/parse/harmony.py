@@ -20,9 +20,10 @@ from openai_harmony import Role, StreamableParser, StreamState
 from app import events as ev
 from app.ids import random_id
 from app.model import Chunk, Finish, TokenLogprob, Usage
-from app.render.harmony import CALL, RETURN
+from app.render.harmony import CALL, END, RETURN
 from app.vocab import harmony_encoding
 
+_TERMINATORS = frozenset({END, RETURN, CALL})
 _Kind = str  # "reasoning" | "preamble" | "text" | "tool" | "unsupported"
 
 
@@ -75,14 +76,17 @@ class HarmonyEventParser:
     # -- internals ----------------------------------------------------------------
     def _step(self, tok: int, logprob: TokenLogprob | None) -> None:
         p = self._parser
+        # A content token is one read while a message body is open and that does not
+        # close it; only those count as reasoning tokens or carry answer logprobs.
+        is_content = p.state == StreamState.CONTENT and tok not in _TERMINATORS
         p.process(tok)
         if tok in (RETURN, CALL):
             self._stop_token = tok
         if p.state == StreamState.CONTENT and self._kind is None:
             self._open_message()
-        if self._kind == "reasoning" and p.state == StreamState.CONTENT:
+        if is_content and self._kind == "reasoning":
             self._reasoning_tokens += 1
-        if logprob is not None and self._kind == "text":
+        if is_content and logprob is not None and self._kind == "text":
             self._pending_logprobs.append(logprob)
         delta = p.last_content_delta if p.state == StreamState.CONTENT else None
         if delta:

@@ -1,0 +1,43 @@
+"""Run the gateway in-process (lifespan included) over an httpx ASGI client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+
+from app.config import GatewayConfig
+from app.http.app import create_app
+
+MODEL = "gpt-oss-test"
+
+
+def config(context_window: int = 4096, **model: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate({"models": {MODEL: {
+        "backend": "llamacpp", "base_urls": ["http://llama.test:8080"],
+        "context_window": context_window,
+        "harmony": {"current_date": "2026-11-22"}, **model}}})
+
+
+@asynccontextmanager
+async def gateway(upstream: httpx.AsyncBaseTransport, cfg: GatewayConfig | None = None,
+                  ) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(cfg or config(), transport=upstream)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            yield client
+
+
+def sse_payloads(body: str) -> list[Any]:
+    """Parse an SSE body into JSON payloads ('[DONE]' kept as the string)."""
+    out: list[Any] = []
+    for block in body.split("\n\n"):
+        data = [line[6:] for line in block.split("\n") if line.startswith("data: ")]
+        if data:
+            text = "\n".join(data)
+            out.append(text if text == "[DONE]" else orjson.loads(text))
+    return out
