@@ -43,9 +43,8 @@ class HarmonyEventParser:
         self._pending_logprobs: list[TokenLogprob] = []
         self._usage: Usage | None = None
         self._out: list[ev.Event] = []
-        for tok in prefill:
+        for tok in prefill:  # a forced header: may open a tool call, emitted on first feed
             self._step(tok, None)
-        self._out.clear()  # header tokens of a prefill produce no content events
 
     # -- public API ---------------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[ev.Event]:

@@ -1,0 +1,56 @@
+"""Config file + environment overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_config_loads() -> None:
+    cfg = load_config(ROOT / "config.example.toml", env={})
+    model = cfg.models["gpt-oss-20b"]
+    assert model.backend == "llamacpp" and model.base_urls == ["http://127.0.0.1:8080"]
+    assert model.context_window == 8192 and model.defaults.reasoning_effort == "medium"
+
+
+def test_generic_env_overrides_win_over_file() -> None:
+    cfg = load_config(ROOT / "config.example.toml", env={
+        "OCMGW__models__gpt-oss-20b__context_window": "16384",
+        "OCMGW__models__gpt-oss-20b__base_urls": '["http://a:1", "http://b:2"]',
+        "OCMGW__upstream__read_timeout": "30",
+        "OCMGW_PORT": "9001",
+    })
+    assert cfg.port == 9001 and cfg.upstream.read_timeout == 30.0
+    assert cfg.models["gpt-oss-20b"].context_window == 16384
+    assert cfg.models["gpt-oss-20b"].base_urls == ["http://a:1", "http://b:2"]
+
+
+def test_single_model_from_env_without_file() -> None:
+    cfg = load_config(None, env={"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": "http://x:8080, http://y:8080",
+                                 "OCMGW_CONTEXT_WINDOW": "4096"})
+    assert cfg.models["gpt-oss"].base_urls == ["http://x:8080", "http://y:8080"]
+    assert cfg.models["gpt-oss"].context_window == 4096
+
+
+def test_config_file_from_env_var(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[models.m]\nbase_urls = ["http://h:1"]\n')
+    assert list(load_config(None, env={"OCMGW_CONFIG": str(path)}).models) == ["m"]
+
+
+@pytest.mark.parametrize("text", [
+    '[models.m]\nbase_urls = []\n',
+    '[models.m]\nbase_urls = ["http://h"]\nbackend = "nope"\n',
+    '[models.m]\nbase_urls = ["http://h"]\ntypo_field = 1\n',
+])
+def test_bad_config_is_rejected(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ValidationError):
+        load_config(path, env={})
