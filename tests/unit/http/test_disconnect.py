@@ -23,12 +23,15 @@ class EndlessUpstream(httpx.AsyncByteStream):
     def __init__(self) -> None:
         self.sent = 0
         self.closed_at: float | None = None
+        self.five_sent = asyncio.Event()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         header = [200005, 17196, 200008]  # <|channel|>final<|message|>
         while True:
             tok = header[self.sent] if self.sent < len(header) else 13225  # 'Hello'
             self.sent += 1
+            if self.sent >= 5:
+                self.five_sent.set()
             yield b'data: ' + json.dumps({"content": "x", "tokens": [tok], "stop": False}).encode() + b"\n\n"
             await asyncio.sleep(0.01)
 
@@ -73,8 +76,7 @@ async def _run(stream: bool) -> tuple[EndlessUpstream, float, list[dict[str, Any
     async with app.router.lifespan_context(app):
         task = asyncio.ensure_future(app(_scope(body), receive, send))
         if not stream:
-            while upstream.sent < 5:
-                await asyncio.sleep(0.01)
+            await upstream.five_sent.wait()
             disconnect.set()
         await disconnect.wait()
         t_disconnect = time.monotonic()
