@@ -96,7 +96,8 @@ def test_tool_call_streaming(client: OpenAI) -> None:
     assert json.loads("".join(d.function.arguments or "" for d in deltas)) == {"city": "Paris"}
 
 
-@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+@pytest.mark.parametrize("tool_choice", [
+    "required", {"type": "function", "function": {"name": "get_weather"}}])
 def test_forced_tool_choice(client: OpenAI, tool_choice: Any) -> None:
     r = client.chat.completions.create(model="scripted-tool", messages=ASK, tools=[WEATHER],  # type: ignore[arg-type,list-item]
                                        tool_choice=tool_choice)
