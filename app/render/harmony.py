@@ -24,7 +24,7 @@ gpt-oss Hugging Face chat template (see ``tests/unit/render/test_harmony_golden.
 * tool results: ``functions.NAME to=assistant`` on commentary, content verbatim
   (the template JSON-quotes it);
 * ``tool_choice``: ``none`` leaves the tools out of the prompt; ``required`` and a
-  named function prefill the assistant header up to ``to=functions.`` (or through
+  named function prefill the assistant header up to ``to=functions`` (or through
   ``<|message|>`` for a named function), so the model can only continue a call.
 """
 
@@ -172,9 +172,11 @@ def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice) -> list[int]:
     """Assistant-header tokens that force a function call (empty for auto / none)."""
     if choice.mode != "required":
         return []
-    header = "<|channel|>commentary to=functions."
+    # Stop before the '.': o200k's pre-tokenizer glues it to the name (".get", "_weather"),
+    # so a prefill ending in a bare '.' would be a token sequence the model never saw.
+    header = "<|channel|>commentary to=functions"
     if choice.allowed is not None and len(choice.allowed) == 1:
-        header += f"{choice.allowed[0]} <|constrain|>json<|message|>"
+        header += f".{choice.allowed[0]} <|constrain|>json<|message|>"
     specials = {"<|channel|>", "<|constrain|>", "<|message|>"}
     return list(enc.encode(header, allowed_special=specials))
 

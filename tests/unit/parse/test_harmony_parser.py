@@ -122,6 +122,6 @@ def test_named_tool_prefill_starts_the_call() -> None:
     assert isinstance(events[0], ev.ToolCallStarted) and events[0].name == "get_weather"
     f = _fold(events)
     assert f.tool_calls[0].arguments == '{"city":"Paris"}' and f.finish_reason == "tool_calls"
-    events = _parse(_ids('get_weather <|constrain|>json<|message|>{}<|call|>'),
+    events = _parse(_ids('.get_weather <|constrain|>json<|message|>{}<|call|>'),
                     prefill=prefill_ids(enc, ToolChoice("required")))
     assert _fold(events).tool_calls[0].name == "get_weather"
