@@ -23,6 +23,9 @@ gpt-oss Hugging Face chat template (see ``tests/unit/render/test_harmony_golden.
   ``json`` and supports one call per message); answers end with ``<|end|>``;
 * tool results: ``functions.NAME to=assistant`` on commentary, content verbatim
   (the template JSON-quotes it);
+* tool schemas are rendered by openai-harmony, which (unlike the template) puts no
+  stray comma after ``// default: X`` and lays out object-typed parameters cleanly;
+  instructions without tools end without the template's trailing blank line;
 * ``tool_choice``: ``none`` leaves the tools out of the prompt; ``required`` and a
   named function prefill the assistant header up to ``to=functions`` (or through
   ``<|message|>`` for a named function), so the model can only continue a call.
