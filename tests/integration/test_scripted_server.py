@@ -42,7 +42,8 @@ def test_streamed_tokens_and_eog(llama_reasoning: str) -> None:
     assert tokens == script_token_ids(SCRIPT_REASONING) and 200007 in tokens
 
 
-@pytest.mark.parametrize("text", ["Hello world", "naïve café 12345 ☀️", "don't  stop\n\ttabs", "数字とテキスト"])
+@pytest.mark.parametrize("text", [
+    "Hello world", "naïve café 12345 ☀️", "don't  stop\n\ttabs", "数字とテキスト"])
 def test_server_tokenizer_matches_harmony(llama_final: str, text: str) -> None:
     r = httpx.post(f"{llama_final}/tokenize", json={"content": text}, timeout=30).json()
     assert r["tokens"] == harmony_encoding().encode(text, allowed_special=set())
