@@ -9,12 +9,12 @@ token counts and timings).  Used where no recording covers a case (reasoning).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 from app.vocab import harmony_encoding
+from tests.support.wire import RecordedBody
 
 STOP_IDS = {200002, 200012}
 
@@ -45,19 +45,6 @@ def sse_events(script: str, *, prompt_tokens: int = 59, stop_type: str = "eos",
     return events
 
 
-class _Stream(httpx.AsyncByteStream):
-    def __init__(self, events: list[bytes], owner: FakeLlamaCpp) -> None:
-        self._events = events
-        self._owner = owner
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for e in self._events:
-            yield e
-
-    async def aclose(self) -> None:
-        self._owner.closed += 1
-
-
 class FakeLlamaCpp:
     """MockTransport handler streaming a scripted answer; records request bodies."""
 
@@ -66,10 +53,13 @@ class FakeLlamaCpp:
         self.requests: list[dict[str, Any]] = []
         self.closed = 0
 
+    def _closed(self) -> None:
+        self.closed += 1
+
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(json.loads(request.content))
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=_Stream(self.events, self))
+                              stream=RecordedBody(self.events, self._closed))
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self)

@@ -18,7 +18,7 @@ def load(name: str, server: str = "llamacpp") -> dict[str, Any]:
     return data
 
 
-class _Body(httpx.AsyncByteStream):
+class RecordedBody(httpx.AsyncByteStream):
     """The recorded chunks, one ``aiter_raw`` piece each; records whether it was closed."""
 
     def __init__(self, chunks: list[bytes], on_close: Callable[[], None] | None = None) -> None:
@@ -40,7 +40,7 @@ def recorded_response(record: dict[str, Any], on_close: Callable[[], None] | Non
     headers = [(k, v) for k, v in resp["headers"]
                if k.lower() not in ("content-length", "transfer-encoding")]
     chunks = [c["text"].encode("utf-8") for c in resp["chunks"]]
-    return httpx.Response(resp["status"], headers=headers, stream=_Body(chunks, on_close))
+    return httpx.Response(resp["status"], headers=headers, stream=RecordedBody(chunks, on_close))
 
 
 class Replay:

@@ -81,26 +81,20 @@ async def test_http_errors_are_typed(name: str, exc: type[GatewayError], status:
     assert load(name)["response"]["status"] in (400, 500)
 
 
-async def test_connection_refused_is_502() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
+@pytest.mark.parametrize(("exc", "status", "code"), [
+    (httpx.ConnectError("connection refused"), 502, "upstream_unavailable"),
+    (httpx.ReadTimeout("timed out"), 504, "upstream_timeout"),
+    (httpx.RemoteProtocolError("peer closed"), 502, "upstream_error"),
+])
+async def test_transport_errors_are_typed(exc: httpx.HTTPError, status: int, code: str) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise exc
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
-        backend = LlamaCppBackend(client, ["http://llama:8080"])
-        with pytest.raises(UpstreamError) as info:
-            _ = [c async for c in backend.stream(PROMPT, GenerationParams(max_tokens=1))]
-    assert info.value.status == 502 and info.value.code == "upstream_unavailable"
-
-
-async def test_read_timeout_is_504() -> None:
-    def slow(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out", request=request)
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as client:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fail)) as client:
         backend = LlamaCppBackend(client, ["http://llama:8080"])
         with pytest.raises(GatewayError) as info:
             _ = [c async for c in backend.stream(PROMPT, GenerationParams(max_tokens=1))]
-    assert info.value.status == 504
+    assert (info.value.status, info.value.code) == (status, code)
 
 
 async def test_mid_stream_error_event_raises() -> None:
