@@ -23,6 +23,8 @@ from app.model import Chunk, Finish, TokenLogprob, Usage
 from app.render.harmony import CALL, END, RETURN
 from app.vocab import harmony_encoding
 
+FIRST_SPECIAL = 199998  # o200k: ids from here on are special / control tokens
+
 _TERMINATORS = frozenset({END, RETURN, CALL})
 _Kind = str  # "reasoning" | "preamble" | "text" | "tool" | "unsupported"
 
@@ -33,7 +35,8 @@ class HarmonyEventParser:
         self._prompt_tokens = prompt_tokens
         self._completion_tokens = 0
         self._reasoning_tokens = 0
-        self._n_messages = 0
+        self._in_content = False
+        self._arguments: list[str] = []
         self._kind: _Kind | None = None
         self._tool_index = -1
         self._call_id = ""
@@ -77,22 +80,27 @@ class HarmonyEventParser:
         p = self._parser
         # A content token is one read while a message body is open and that does not
         # close it; only those count as reasoning tokens or carry answer logprobs.
-        is_content = p.state == StreamState.CONTENT and tok not in _TERMINATORS
+        was_content = self._in_content
+        is_content = was_content and tok not in _TERMINATORS
         p.process(tok)
+        if tok >= FIRST_SPECIAL:
+            # Only special tokens move the parser between header and content.  Its
+            # ``state`` getter serializes the whole parser state, so it is read here only.
+            self._in_content = p.state == StreamState.CONTENT
         if tok in (RETURN, CALL):
             self._stop_token = tok
-        if p.state == StreamState.CONTENT and self._kind is None:
+        if self._in_content and not was_content:
             self._open_message()
         if is_content and self._kind == "reasoning":
             self._reasoning_tokens += 1
         if is_content and logprob is not None and self._kind == "text":
             self._pending_logprobs.append(logprob)
-        delta = p.last_content_delta if p.state == StreamState.CONTENT else None
-        if delta:
-            self._emit_delta(delta)
-        if len(p.messages) > self._n_messages:
-            self._n_messages = len(p.messages)
-            self._close_message(p.messages[-1].content[0].text if p.messages[-1].content else "")
+        if self._in_content:
+            delta = p.last_content_delta
+            if delta:
+                self._emit_delta(delta)
+        elif was_content:
+            self._close_message()
 
     def _open_message(self) -> None:
         p = self._parser
@@ -103,6 +111,7 @@ class HarmonyEventParser:
             self._tool_index += 1
             self._call_id = random_id("call_")
             self._call_name = recipient.removeprefix("functions.")
+            self._arguments = []
             self._out.append(ev.ToolCallStarted(self._tool_index, self._call_id, self._call_name))
         elif recipient and recipient != "assistant":
             self._kind = "unsupported"
@@ -129,15 +138,16 @@ class HarmonyEventParser:
             self._pending_logprobs = []
             self._out.append(ev.TextDelta(delta, lps))
         elif kind == "tool":
+            self._arguments.append(delta)
             self._out.append(ev.ToolCallArgumentsDelta(self._tool_index, delta))
 
-    def _close_message(self, content: str) -> None:
+    def _close_message(self) -> None:
         kind, self._kind = self._kind, None
         if self._done:
             return
         if kind == "tool":
             self._out.append(ev.ToolCallDone(self._tool_index, self._call_id, self._call_name,
-                                             content))
+                                             "".join(self._arguments)))
         elif kind in ("reasoning", "preamble", "text"):
             self._out.append(ev.PartDone(kind))  # type: ignore[arg-type]
 

@@ -1,0 +1,47 @@
+"""Per-token cost of the gateway's streaming hot path (no network).
+
+Measures, for a long Harmony answer (analysis + final), the time per token of
+llama.cpp event JSON → Chunk → Harmony parser → policies-free chat encoder → SSE
+bytes.  Run: ``python -m benchmarks.bench_stream_path`` (results: benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from adapters.llamacpp import event_to_chunk
+from app.encode.chat import ChatChunkEncoder
+from app.encode.sse import data_event
+from app.parse.harmony import HarmonyEventParser
+from app.vocab import harmony_encoding
+
+
+def main() -> None:
+    enc = harmony_encoding()
+    words = " ".join(f"word{i % 50}" for i in range(2000))
+    script = (f"<|channel|>analysis<|message|>{words}<|end|><|start|>assistant<|channel|>final"
+              f"<|message|>{words}<|return|>")
+    ids = enc.encode(script, allowed_special="all")
+    raw = [orjson.dumps({"index": 0, "content": enc.decode([t]), "tokens": [t], "stop": False})
+           for t in ids]
+    raw.append(orjson.dumps({"content": "", "tokens": [], "stop": True, "stop_type": "eos",
+                             "tokens_predicted": len(ids), "tokens_evaluated": 100}))
+    best = float("inf")
+    for _ in range(5):
+        parser = HarmonyEventParser(100)
+        encoder = ChatChunkEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
+        out = 0
+        t0 = time.perf_counter()
+        for data in raw:
+            for event in parser.feed(event_to_chunk(orjson.loads(data))):
+                for payload in encoder.encode(event):
+                    out += len(data_event(payload))
+        best = min(best, time.perf_counter() - t0)
+    print(f"tokens={len(ids)} best_total_ms={best * 1e3:.1f} us_per_token={best / len(ids) * 1e6:.2f} "
+          f"sse_bytes={out}")
+
+
+if __name__ == "__main__":
+    main()
