@@ -53,10 +53,20 @@ class UpstreamSettings(_Strict):
     max_connections: int = 256
 
 
+def _default_store_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "ocm-gateway" / "responses.sqlite3")
+
+
+class StoreSettings(_Strict):
+    path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = 8000
     upstream: UpstreamSettings = UpstreamSettings()
+    store: StoreSettings = StoreSettings()
     models: dict[str, ModelConfig] = {}
 
 

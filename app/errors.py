@@ -56,6 +56,12 @@ class ModelNotFound(GatewayError):
     code = "model_not_found"
 
 
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
 class UpstreamError(GatewayError):
     """The backend failed (connection refused, 5xx, malformed stream, ...)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,8 +11,10 @@ import httpx
 from fastapi import FastAPI
 
 from app.config import GatewayConfig, load_config
-from app.http import errors, routes_chat, routes_meta
+from app.http import errors, routes_chat, routes_meta, routes_responses
 from app.registry import Registry
+from app.responses_service import ResponsesService
+from app.store import ResponseStore
 from app.vocab import harmony_encoding
 
 
@@ -34,15 +37,25 @@ def create_app(config: GatewayConfig | None = None,
         registry = Registry(cfg, client)
         registry.created = int(time.time())
         app.state.registry = registry
+        store = await ResponseStore.open(cfg.store.path)
+        app.state.responses = ResponsesService(registry, store)
         try:
             yield
         finally:
+            runs = list(app.state.responses.inflight.values())
+            for run in runs:
+                run.cancel()
+            tasks = [r.task for r in runs if r.task is not None]
+            if tasks:  # let cancelled runs persist their final state before the store closes
+                await asyncio.wait(tasks, timeout=10)
+            await store.close()
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     errors.install(app)
     app.include_router(routes_chat.router)
     app.include_router(routes_meta.router)
+    app.include_router(routes_responses.router)
     return app
 
 

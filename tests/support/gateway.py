@@ -15,8 +15,8 @@ from app.http.app import create_app
 MODEL = "gpt-oss-test"
 
 
-def config(context_window: int = 4096, **model: Any) -> GatewayConfig:
-    return GatewayConfig.model_validate({"models": {MODEL: {
+def config(context_window: int = 4096, store_path: str = ":memory:", **model: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate({"store": {"path": store_path}, "models": {MODEL: {
         "backend": "llamacpp", "base_urls": ["http://llama.test:8080"],
         "context_window": context_window,
         "harmony": {"current_date": "2026-11-22"}, **model}}})
