@@ -122,6 +122,7 @@ class Run:
     async def _produce(self, stream: EventStream | None, route: ModelRoute, conv: Conversation,
                        params: GenerationParams) -> None:
         self._service.inflight[self.id] = self
+        self.encoder.resource()["status"] = "in_progress"  # a queued background run has started
         try:
             if stream is None:  # background: failures before the first chunk become a failed response
                 try:

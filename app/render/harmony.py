@@ -188,9 +188,9 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
                    opts: HarmonyOptions | None = None) -> m.Prompt:
     opts = opts or HarmonyOptions()
     enc = harmony_encoding()
+    # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
+    # guard), not what the model sees: all tools stay in the prompt, which keeps it cacheable.
     tools = conv.tools if params.tool_choice.mode != "none" else ()
-    if params.tool_choice.allowed is not None:
-        tools = tuple(t for t in tools if t.name in params.tool_choice.allowed)
     instructions, history = _history(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
     messages = [_system(opts, effort)]

@@ -1,0 +1,30 @@
+"""An upstream llama.cpp stream that never ends: one token every 10 ms, records its close."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+
+
+class EndlessUpstream(httpx.AsyncByteStream):
+    def __init__(self) -> None:
+        self.sent = 0
+        self.closed_at: float | None = None
+        self.five_sent = asyncio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        header = [200005, 17196, 200008]  # <|channel|>final<|message|>
+        while True:
+            tok = header[self.sent] if self.sent < len(header) else 13225  # 'Hello'
+            self.sent += 1
+            if self.sent >= 5:
+                self.five_sent.set()
+            yield b'data: ' + json.dumps({"content": "x", "tokens": [tok], "stop": False}).encode() + b"\n\n"
+            await asyncio.sleep(0.01)
+
+    async def aclose(self) -> None:
+        self.closed_at = time.monotonic()
