@@ -7,6 +7,7 @@ exactly what ``previous_response_id`` needs to continue from it.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,12 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
+def _prepare(path: Path) -> Path:
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     resource: dict[str, Any]
@@ -38,7 +45,7 @@ class ResponseStore:
     @classmethod
     async def open(cls, path: str | Path) -> ResponseStore:
         if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            path = await asyncio.to_thread(_prepare, Path(path))
         db = await aiosqlite.connect(str(path))
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,21 +26,34 @@ def _console_script() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli"]
 
 
-@pytest.fixture(scope="session")
-def gateway_url(llama_final: str, llama_reasoning: str, llama_tool: str,  # noqa: F811
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("gateway")
-    config = tmp / "gateway.toml"
-    models = {"scripted-final": llama_final, "scripted-reasoning": llama_reasoning,
-              "scripted-tool": llama_tool}
-    lines = ["[upstream]", "read_timeout = 60.0", ""]
+def write_config(path: Path, models: dict[str, str], store: Path) -> Path:
+    lines = ["[upstream]", "read_timeout = 60.0", "", "[store]", f'path = "{store}"', ""]
     for name, url in models.items():
         lines += [f'[models."{name}"]', 'backend = "llamacpp"', f'base_urls = ["{url}"]',
                   "context_window = 4096", f'[models."{name}".harmony]', 'current_date = "2026-11-22"', ""]
-    config.write_text("\n".join(lines))
+    path.write_text("\n".join(lines))
+    return path
+
+
+@contextmanager
+def run_gateway(config: Path) -> Iterator[str]:
+    """``ocm-gateway serve --config CONFIG`` on a free loopback port; yields its URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
     cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--log-level", "warning"]
     with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=60, env=env) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def scripted_models(llama_final: str, llama_reasoning: str, llama_tool: str) -> dict[str, str]:  # noqa: F811
+    return {"scripted-final": llama_final, "scripted-reasoning": llama_reasoning, "scripted-tool": llama_tool}
+
+
+@pytest.fixture(scope="session")
+def gateway_url(scripted_models: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    config = write_config(tmp / "gateway.toml", scripted_models, tmp / "responses.sqlite3")
+    with run_gateway(config) as url:
         yield url
