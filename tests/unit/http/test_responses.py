@@ -7,6 +7,7 @@ tests/support/openresponses.py.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -269,3 +270,42 @@ async def test_background_response_can_be_cancelled() -> None:
         assert all(item["status"] in ("completed", "incomplete") for item in stored["output"])
         r = await c.post(f"/v1/responses/{created['id']}/cancel")
         assert r.status_code == 400  # no longer in flight
+
+
+async def test_reasoning_items_round_trip_and_are_dropped_after_an_answer() -> None:
+    fake = FakeLlamaCpp(REASONING)
+    async with gateway(fake.transport()) as c:
+        _, first = await _create(c, input="hi", temperature=0.3, top_p=0.8)
+        _, second = await _create(c, input="and again", previous_response_id=first["id"])
+        items = (await c.get(f"/v1/responses/{second['id']}/input_items")).json()["data"]
+    assert (fake.requests[0]["temperature"], fake.requests[0]["top_p"]) == (0.3, 0.8)
+    assert [i["type"] for i in items] == ["message", "reasoning", "message", "message"]
+    prompt = _prompt_text(fake)
+    assert "reply politely" not in prompt  # analysis is dropped once a final answer followed it
+    assert "<|channel|>final<|message|>Hi there, friend!<|end|>" in prompt
+
+
+async def test_named_tool_choice_forces_the_call() -> None:
+    tool = Replay("10b_toolmodel_completion_tokenids_stream")
+    async with gateway(tool.transport()) as c:
+        await _create(c, input="x", tools=[WEATHER, OTHER],
+                      tool_choice={"type": "function", "name": "get_weather"})
+    assert _prompt_text(tool).endswith(
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>")
+
+
+async def test_streaming_response_cancelled_in_flight() -> None:
+    upstream = EndlessUpstream()
+    transport = httpx.MockTransport(lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    async with gateway(transport) as c:
+        task = asyncio.ensure_future(c.post("/v1/responses", json={"model": MODEL, "input": "hi",
+                                                                    "stream": True}))
+        await upstream.five_sent.wait()
+        (response_id,) = list(c._transport.app.state.responses.inflight)  # type: ignore[attr-defined]
+        r = await c.post(f"/v1/responses/{response_id}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        streamed = await asyncio.wait_for(task, timeout=5)
+    events, names, done = _sse(streamed.text)
+    final = check_stream(events, names)
+    assert done and final["status"] == "cancelled" and upstream.closed_at is not None
