@@ -3,13 +3,15 @@
 Resolution order (later wins): built-in defaults → TOML file (``--config`` or
 ``OCMGW_CONFIG``) → generic overrides ``OCMGW__a__b__c=value`` (path segments
 separated by ``__``, value parsed as JSON when it parses, else a string) →
-convenience variables ``OCMGW_HOST``, ``OCMGW_PORT`` and, to define one model
+convenience variables ``OCMGW_HOST``, ``OCMGW_PORT``, ``OCMGW_API_KEYS`` (comma-separated
+keys, hashed on load) and, to define one model
 without a file, ``OCMGW_MODEL`` + ``OCMGW_BACKEND_URL`` (comma-separated) with
 optional ``OCMGW_BACKEND`` (default ``llamacpp``) and ``OCMGW_CONTEXT_WINDOW``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tomllib
@@ -62,11 +64,24 @@ class StoreSettings(_Strict):
     path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
 
 
+class ApiKey(_Strict):
+    """An API key, stored only as the SHA-256 hex digest of the key."""
+
+    name: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    models: list[str] | None = None  # None: every model
+
+
+class AuthSettings(_Strict):
+    keys: list[ApiKey] = []  # empty: no authentication
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = 8000
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
+    auth: AuthSettings = AuthSettings()
     models: dict[str, ModelConfig] = {}
 
 
@@ -96,6 +111,11 @@ def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         data["host"] = env["OCMGW_HOST"]
     if "OCMGW_PORT" in env:
         data["port"] = int(env["OCMGW_PORT"])
+    plain_keys = [k.strip() for k in env.get("OCMGW_API_KEYS", "").split(",") if k.strip()]
+    if plain_keys:
+        keys = data.setdefault("auth", {}).setdefault("keys", [])
+        keys += [{"name": f"env-{i}", "sha256": hashlib.sha256(k.encode()).hexdigest()}
+                 for i, k in enumerate(plain_keys)]
     name = env.get("OCMGW_MODEL")
     if name:
         model = data.setdefault("models", {}).setdefault(name, {})

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from app.config import GatewayConfig, load_config
 from app.http import errors, routes_chat, routes_meta, routes_responses
+from app.http.auth import AuthMiddleware
 from app.registry import Registry
 from app.responses_service import ResponsesService
 from app.store import ResponseStore
@@ -53,6 +54,8 @@ def create_app(config: GatewayConfig | None = None,
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     errors.install(app)
+    if cfg.auth.keys:
+        app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
     app.include_router(routes_chat.router)
     app.include_router(routes_meta.router)
     app.include_router(routes_responses.router)

@@ -14,6 +14,7 @@ from app.encode.chat import ChatChunkEncoder, completion_body
 from app.encode.fold import Folded
 from app.encode.sse import DONE, data_event
 from app.errors import GatewayError
+from app.http.auth import check_model
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.ids import random_id
@@ -51,6 +52,7 @@ async def _fold(stream: EventStream) -> Folded:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     registry: Registry = request.app.state.registry
     ingest = ingest_chat(body)
+    check_model(request, ingest.model)
     route = registry.route(ingest.model)
     params = registry.with_defaults(ingest.model, ingest.params)
     stream = await start(route, ingest.conversation, params)

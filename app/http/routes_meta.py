@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.http.auth import check_model, may_use
 from app.http.responses import JSONResponse
 from app.registry import Registry
 
@@ -26,11 +27,12 @@ def _model_card(registry: Registry, name: str) -> dict[str, object]:
 async def list_models(request: Request) -> Response:
     registry: Registry = request.app.state.registry
     return JSONResponse({"object": "list",
-                         "data": [_model_card(registry, n) for n in registry.routes]})
+                         "data": [_model_card(registry, n) for n in registry.routes if may_use(request, n)]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> Response:
     registry: Registry = request.app.state.registry
+    check_model(request, model_id)
     registry.route(model_id)
     return JSONResponse(_model_card(registry, model_id))

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from app.encode.sse import DONE, named_event
 from app.errors import GatewayError
+from app.http.auth import check_model
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.responses_service import ResponsesService, Run
@@ -34,6 +35,7 @@ async def _sse(run: Run) -> AsyncIterator[bytes]:
 
 @router.post("/v1/responses")
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
+    check_model(request, body.model)
     run = await _service(request).create(body)
     if body.stream:
         return EventSourceResponse(_sse(run), ping=15, sep="\n",

@@ -1,0 +1,71 @@
+"""API-key authentication as pure ASGI middleware (no BaseHTTPMiddleware).
+
+Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` is
+hashed and compared in constant time.  Health, readiness and metrics stay open.  The
+matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
+allow-list (:func:`check_model`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.config import ApiKey
+from app.errors import ModelNotFound
+from app.http.responses import JSONResponse, error_payload
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping"})
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, keys: list[ApiKey]) -> None:
+        self.app = app
+        self.keys = keys
+
+    def _match(self, scope: Scope) -> ApiKey | None:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer" or not token.strip():
+                    return None
+                digest = hashlib.sha256(token.strip().encode()).hexdigest()
+                for key in self.keys:
+                    if hmac.compare_digest(digest, key.sha256):
+                        return key
+                return None
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        key = self._match(scope)
+        if key is None:
+            body = error_payload("Missing or invalid API key. Send 'Authorization: Bearer <key>'.",
+                                 "invalid_request_error", "invalid_api_key")
+            response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_key"] = key
+        await self.app(scope, receive, send)
+
+
+def api_key(request: Request) -> ApiKey | None:
+    key: Any = getattr(request.state, "api_key", None)
+    return key if isinstance(key, ApiKey) else None
+
+
+def may_use(request: Request, model: str) -> bool:
+    key = api_key(request)
+    return key is None or key.models is None or model in key.models
+
+
+def check_model(request: Request, model: str) -> None:
+    """A model outside the key's allow-list looks exactly like a missing model (404)."""
+    if not may_use(request, model):
+        raise ModelNotFound(f"The model {model!r} does not exist.", param="model")
