@@ -82,6 +82,7 @@ class GatewayConfig(_Strict):
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     auth: AuthSettings = AuthSettings()
+    default_model: str | None = None  # for /invocations bodies without "model"
     models: dict[str, ModelConfig] = {}
 
 

@@ -1,4 +1,4 @@
-"""SSE framing with orjson: the only place SSE bytes are built."""
+"""Stream framing with orjson: the only place SSE and JSON-lines bytes are built."""
 
 from __future__ import annotations
 
@@ -15,3 +15,8 @@ def data_event(payload: Any) -> bytes:
 
 def named_event(name: str, payload: Any) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def json_line(payload: Any) -> bytes:
+    """One JSON-lines record (SageMaker ``application/jsonlines`` streaming)."""
+    return orjson.dumps(payload) + b"\n"

@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from app.config import GatewayConfig, load_config
-from app.http import errors, routes_chat, routes_meta, routes_responses
+from app.http import errors, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
 from app.registry import Registry
 from app.responses_service import ResponsesService
@@ -59,6 +59,7 @@ def create_app(config: GatewayConfig | None = None,
     app.include_router(routes_chat.router)
     app.include_router(routes_meta.router)
     app.include_router(routes_responses.router)
+    app.include_router(routes_sagemaker.router)
     return app
 
 

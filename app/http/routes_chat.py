@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from app import events as ev
 from app.encode.chat import ChatChunkEncoder, completion_body
 from app.encode.fold import Folded
-from app.encode.sse import DONE, data_event
+from app.encode.sse import DONE, data_event, json_line
 from app.errors import GatewayError
 from app.http.auth import check_model
 from app.http.disconnect import cancel_on_disconnect
@@ -26,14 +27,16 @@ from schemas.chat import ChatCompletionRequest
 router = APIRouter()
 
 
-async def _sse(stream: EventStream, encoder: ChatChunkEncoder) -> AsyncIterator[bytes]:
+async def _frames(stream: EventStream, encoder: ChatChunkEncoder, frame: Callable[[Any], bytes],
+                  done: bytes | None) -> AsyncIterator[bytes]:
     try:
         for payload in encoder.start():
-            yield data_event(payload)
+            yield frame(payload)
         async for event in stream:
             for payload in encoder.encode(event):
-                yield data_event(payload)
-        yield DONE
+                yield frame(payload)
+        if done is not None:
+            yield done
     finally:
         await stream.aclose()
 
@@ -48,8 +51,8 @@ async def _fold(stream: EventStream) -> Folded:
     return folded
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: bool = False) -> Response:
+    """The chat completion flow; ``jsonlines`` streams JSON lines instead of SSE (SageMaker)."""
     registry: Registry = request.app.state.registry
     ingest = ingest_chat(body)
     check_model(request, ingest.model)
@@ -61,7 +64,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     if ingest.stream:
         encoder = ChatChunkEncoder(response_id, ingest.model, created,
                                    include_usage=ingest.include_usage, logprobs=params.logprobs)
-        return EventSourceResponse(_sse(stream, encoder), ping=15, sep="\n",
+        if jsonlines:
+            return StreamingResponse(_frames(stream, encoder, json_line, None),
+                                     media_type="application/jsonlines")
+        return EventSourceResponse(_frames(stream, encoder, data_event, DONE), ping=15, sep="\n",
                                    headers={"x-accel-buffering": "no",
                                             "cache-control": "no-cache"})
     folded = await cancel_on_disconnect(request, _fold(stream))
@@ -69,6 +75,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         raise _as_exception(folded.error)
     return JSONResponse(completion_body(folded, response_id, ingest.model, created,
                                         logprobs=params.logprobs))
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    return await run_chat(body, request)
 
 
 def _as_exception(error: ev.Error) -> GatewayError:
