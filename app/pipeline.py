@@ -10,11 +10,13 @@ terminal :class:`app.events.Error` event, never an exception.  Closing the strea
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from adapters.base import Backend
 from app import events as ev
+from app import metrics
 from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest
 from app.model import Chunk, Conversation, GenerationParams, Prompt
 from app.parse.harmony import HarmonyEventParser
@@ -77,13 +79,19 @@ class EventStream:
 
     def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
                  parser: HarmonyEventParser, params: GenerationParams,
-                 allowed_tools: frozenset[str]) -> None:
+                 allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0) -> None:
         self._first = first
         self._chunks = chunks
         self._parser = parser
         self._stops = StopSequences(params.stop)
         self._guard = ToolGuard(allowed_tools)
         self._iter = self._run()
+        self._model = model
+        self._upstream = upstream_seconds  # time spent awaiting the backend so far
+        self._stats = metrics.current()
+        self._closed = False
+        if self._stats is not None:
+            self._stats.metrics.open_streams.inc()
 
     def __aiter__(self) -> EventStream:
         return self
@@ -102,9 +110,12 @@ class EventStream:
             for event in self._parser.feed(self._first):
                 yield event
         try:
+            t0 = time.perf_counter()
             async for chunk in self._chunks:
+                self._upstream += time.perf_counter() - t0
                 for event in self._parser.feed(chunk):
                     yield event
+                t0 = time.perf_counter()
         except GatewayError as exc:
             yield ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type,
                            status=exc.status)
@@ -130,16 +141,39 @@ class EventStream:
                 if isinstance(event, ev.ToolCallStarted):
                     error = self._guard.check(event)
                     if error is not None:
+                        self._observe(error)
                         yield error
                         return
+                self._observe(event)
                 yield event
                 if isinstance(event, ev.TERMINAL):
                     return
         finally:
+            self._finish_stats()
             await raw.aclose()
             aclose = getattr(self._chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+    def _observe(self, event: ev.Event) -> None:
+        stats = self._stats
+        if stats is None:
+            return
+        if isinstance(event, ev.Finished):
+            stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
+            stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
+        elif isinstance(event, ev.Error):
+            stats.metrics.backend_errors.labels(self._model, event.code).inc()
+
+    def _finish_stats(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._stats is not None:
+            self._stats.upstream_seconds += self._upstream
+            self._stats.metrics.upstream.labels(self._model).observe(self._upstream)
+            self._stats.metrics.open_streams.dec()
 
 
 async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
@@ -150,14 +184,23 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     if params.tool_choice.allowed is not None:
         allowed &= set(params.tool_choice.allowed)
     parser = HarmonyEventParser(len(prompt.token_ids or ()), prompt.prefill_ids)
+    stats = metrics.current()
+    if stats is not None:
+        stats.model = route.name
     chunks = route.backend.stream(prompt, params)
+    t0 = time.perf_counter()
     try:
         first: Chunk | None = await chunks.__anext__()
     except StopAsyncIteration:
         first = None
-    except BaseException:
+    except BaseException as exc:
+        if stats is not None and isinstance(exc, GatewayError) and exc.status >= 500:
+            stats.metrics.backend_errors.labels(route.name, exc.code or "error").inc()
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
         raise
-    return EventStream(first, chunks, parser, params, frozenset(allowed))
+    ttft = time.perf_counter() - t0
+    if stats is not None:
+        stats.metrics.ttft.labels(route.name).observe(ttft)
+    return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft)

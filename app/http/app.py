@@ -13,6 +13,8 @@ from fastapi import FastAPI
 from app.config import GatewayConfig, load_config
 from app.http import errors, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
+from app.http.observe import ObserveMiddleware
+from app.metrics import Metrics
 from app.registry import Registry
 from app.responses_service import ResponsesService
 from app.store import ResponseStore
@@ -56,6 +58,8 @@ def create_app(config: GatewayConfig | None = None,
     errors.install(app)
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
+    app.state.metrics = Metrics()
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: sees 401s too
     app.include_router(routes_chat.router)
     app.include_router(routes_meta.router)
     app.include_router(routes_responses.router)

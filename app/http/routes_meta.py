@@ -1,8 +1,9 @@
-"""``GET /health``, ``GET /v1/models`` and ``GET /v1/models/{id}``."""
+"""``GET /health``, ``GET /metrics``, ``GET /v1/models`` and ``GET /v1/models/{id}``."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app.http.auth import check_model, may_use
@@ -21,6 +22,12 @@ def _model_card(registry: Registry, name: str) -> dict[str, object]:
     cfg = registry.config.models[name]
     return {"id": name, "object": "model", "created": registry.created, "owned_by": cfg.owned_by,
             "context_window": cfg.context_window}
+
+
+@router.get("/metrics")
+async def prometheus_metrics(request: Request) -> Response:
+    data = generate_latest(request.app.state.metrics.registry)
+    return Response(data, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/models")

@@ -1,0 +1,75 @@
+"""Pure ASGI middleware: request ids, structured access logs, request metrics.
+
+Every response carries ``x-request-id`` (the client's, if it sent a sane one, else a
+new one); one JSON log line per request records method, path, status, model,
+duration and upstream time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import metrics as m
+from app.ids import random_id
+
+log = logging.getLogger("ocm_gateway.access")
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _route(scope: Scope) -> str:
+    path: str = scope.get("path", "")
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}" + ("/input_items" if path.endswith("/input_items") else
+                                       "/cancel" if path.endswith("/cancel") else "")
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}"
+    return path if path in _KNOWN else "other"
+
+
+_KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/health", "/ready",
+                    "/metrics", "/ping", "/invocations"})
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, metrics: m.Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers", ())
+        incoming = next((v.decode("latin-1") for k, v in headers if k == b"x-request-id"), "")
+        request_id = incoming if _SANE_ID.fullmatch(incoming) else random_id("req_")
+        scope.setdefault("state", {})["request_id"] = request_id
+        stats, token = m.begin(self.metrics)
+        status = 500
+        t0 = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            m.end(token)
+            elapsed = time.perf_counter() - t0
+            route = _route(scope)
+            self.metrics.requests.labels(route, stats.model or "-", str(status)).inc()
+            if stats.upstream_seconds:
+                self.metrics.overhead.labels(route).observe(max(0.0, elapsed - stats.upstream_seconds))
+            log.info(json.dumps({"request_id": request_id, "method": scope.get("method"),
+                                 "path": scope.get("path"), "status": status, "model": stats.model or None,
+                                 "duration_ms": round(elapsed * 1000, 2),
+                                 "upstream_ms": round(stats.upstream_seconds * 1000, 2)}))

@@ -1,0 +1,60 @@
+"""Prometheus metrics and the per-request stats the pipeline fills in.
+
+The HTTP middleware (:mod:`app.http.observe`) opens a :class:`RequestStats` for
+every request in a context variable; the pipeline records model, time to first
+token, upstream time, tokens and backend errors into it, without knowing HTTP.
+Metrics live in their own registry so several apps (tests) can coexist in a process.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ocm_requests", "HTTP requests by route, model and status",
+                                ["route", "model", "status"], registry=r)
+        self.ttft = Histogram("ocm_time_to_first_token_seconds", "Time to the first upstream chunk",
+                              ["model"], buckets=_LATENCY, registry=r)
+        self.tokens = Counter("ocm_tokens", "Tokens in (prompt) and out (completion)",
+                              ["model", "direction"], registry=r)
+        self.upstream = Histogram("ocm_upstream_seconds", "Time spent waiting on the backend",
+                                  ["model"], buckets=_LATENCY, registry=r)
+        self.overhead = Histogram("ocm_gateway_overhead_seconds",
+                                  "Request time not spent waiting on the backend", ["route"],
+                                  buckets=_OVERHEAD, registry=r)
+        self.open_streams = Gauge("ocm_open_streams", "Generations in flight", registry=r)
+        self.backend_errors = Counter("ocm_backend_errors", "Backend / model errors by code",
+                                      ["model", "code"], registry=r)
+
+
+@dataclass
+class RequestStats:
+    metrics: Metrics
+    model: str = ""
+    upstream_seconds: float = 0.0
+
+
+_current: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("ocm_stats", default=None)
+
+
+def current() -> RequestStats | None:
+    return _current.get()
+
+
+def begin(metrics: Metrics) -> tuple[RequestStats, contextvars.Token[RequestStats | None]]:
+    stats = RequestStats(metrics)
+    return stats, _current.set(stats)
+
+
+def end(token: contextvars.Token[RequestStats | None]) -> None:
+    _current.reset(token)

@@ -1,0 +1,56 @@
+"""Request ids, access logs and Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+
+from tests.support.gateway import MODEL, gateway
+from tests.support.wire import Replay
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _value(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            got = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+            if all(got.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in metrics")
+
+
+async def test_metrics_after_requests(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ocm_gateway.access")
+    async with gateway(Replay("03a_completion_tokenids_stream").transport()) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "trace-42"})
+        assert r.headers["x-request-id"] == "trace-42"
+        r = await c.post("/v1/chat/completions", json={**CHAT, "stream": True},
+                         headers={"x-request-id": "bad id with spaces"})
+        assert r.headers["x-request-id"].startswith("req_")
+        await c.post("/v1/chat/completions", json={**CHAT, "model": "missing"})
+        text = (await c.get("/metrics")).text
+    route = "/v1/chat/completions"
+    assert _value(text, "ocm_requests_total", route=route, model=MODEL, status="200") == 2
+    assert _value(text, "ocm_requests_total", route=route, status="404") == 1
+    assert _value(text, "ocm_tokens_total", model=MODEL, direction="out") == 22
+    assert _value(text, "ocm_tokens_total", model=MODEL, direction="in") == 118
+    assert _value(text, "ocm_time_to_first_token_seconds_count", model=MODEL) == 2
+    assert _value(text, "ocm_upstream_seconds_count", model=MODEL) == 2
+    assert _value(text, "ocm_gateway_overhead_seconds_count", route=route) == 2
+    assert _value(text, "ocm_open_streams") == 0
+    logs = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "ocm_gateway.access"]
+    first = next(entry for entry in logs if entry["request_id"] == "trace-42")
+    assert first["status"] == 200 and first["model"] == MODEL and first["duration_ms"] > 0
+
+
+async def test_backend_errors_are_counted() -> None:
+    async with gateway(Replay("10b_toolmodel_completion_tokenids_stream").transport()) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT)  # the model calls an undeclared tool
+        assert r.status_code == 502
+        text = (await c.get("/metrics")).text
+    assert _value(text, "ocm_backend_errors_total", model=MODEL, code="tool_not_allowed") == 1
+    assert _value(text, "ocm_open_streams") == 0
