@@ -64,12 +64,22 @@ class StoreSettings(_Strict):
     path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
 
 
+class LimitSettings(_Strict):
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1)  # generations in flight per key
+
+
 class ApiKey(_Strict):
     """An API key, stored only as the SHA-256 hex digest of the key."""
 
     name: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     models: list[str] | None = None  # None: every model
+    requests_per_minute: int | None = Field(default=None, ge=1)  # override [limits] for this key
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1)
 
 
 class AuthSettings(_Strict):
@@ -82,6 +92,7 @@ class GatewayConfig(_Strict):
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     auth: AuthSettings = AuthSettings()
+    limits: LimitSettings = LimitSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     models: dict[str, ModelConfig] = {}
 

@@ -42,6 +42,7 @@ class RequestStats:
     metrics: Metrics
     model: str = ""
     upstream_seconds: float = 0.0
+    tokens: int = 0
 
 
 _current: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("ocm_stats", default=None)

@@ -163,6 +163,7 @@ class EventStream:
         if isinstance(event, ev.Finished):
             stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
             stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
+            stats.tokens += event.usage.total_tokens
         elif isinstance(event, ev.Error):
             stats.metrics.backend_errors.labels(self._model, event.code).inc()
 

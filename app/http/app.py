@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from app.config import GatewayConfig, load_config
 from app.http import errors, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
+from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
 from app.registry import Registry
@@ -56,6 +57,7 @@ def create_app(config: GatewayConfig | None = None,
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     errors.install(app)
+    app.add_middleware(LimitsMiddleware, settings=cfg.limits)  # inside auth: knows the key
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
     app.state.metrics = Metrics()

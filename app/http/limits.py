@@ -1,0 +1,141 @@
+"""Request limits as pure ASGI middleware: body size, requests / tokens per minute, concurrency.
+
+Limits apply per API key (or per client address when auth is off) on the generation
+routes.  Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after-ms``;
+a body over ``max_body_bytes`` → 413 (checked on ``content-length`` and while reading; the
+body is read here, once, and replayed to the app).
+Token usage is charged when a request finishes (from the pipeline's request stats).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass, field
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import metrics
+from app.config import ApiKey, LimitSettings
+from app.http.responses import JSONResponse, error_payload
+
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations"})
+WINDOW = 60.0
+
+
+@dataclass
+class _Usage:
+    requests: collections.deque[float] = field(default_factory=collections.deque)
+    tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
+    in_flight: int = 0
+
+    def prune(self, now: float) -> None:
+        while self.requests and self.requests[0] <= now - WINDOW:
+            self.requests.popleft()
+        while self.tokens and self.tokens[0][0] <= now - WINDOW:
+            self.tokens.popleft()
+
+
+class LimitsMiddleware:
+    def __init__(self, app: ASGIApp, settings: LimitSettings) -> None:
+        self.app = app
+        self.settings = settings
+        self.usage: dict[str, _Usage] = collections.defaultdict(_Usage)
+
+    def _limits(self, key: ApiKey | None) -> tuple[int | None, int | None, int | None]:
+        s = self.settings
+        if key is None:
+            return s.requests_per_minute, s.tokens_per_minute, s.max_concurrent
+        return (key.requests_per_minute or s.requests_per_minute,
+                key.tokens_per_minute or s.tokens_per_minute, key.max_concurrent or s.max_concurrent)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, status: int, message: str,
+                      code: str, retry_after: float | None = None) -> None:
+        headers = {}
+        if retry_after is not None:
+            headers = {"retry-after": str(max(1, math.ceil(retry_after))),
+                       "retry-after-ms": str(max(1, math.ceil(retry_after * 1000)))}
+        type_ = "rate_limit_error" if status == 429 else "invalid_request_error"
+        await JSONResponse(error_payload(message, type_, code), status_code=status,
+                           headers=headers)(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.settings.max_body_bytes
+        length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reject(scope, receive, send, 413, f"Request body over {limit} bytes.",
+                               "request_too_large")
+            return
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            body = await _read_body(receive, limit)
+            if body is None:
+                await self._reject(scope, receive, send, 413, f"Request body over {limit} bytes.",
+                                   "request_too_large")
+                return
+            receive = _replay(body, receive)
+        if scope["path"] not in GENERATION_PATHS or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        key: ApiKey | None = scope.get("state", {}).get("api_key")
+        who = f"key:{key.name}" if key else f"addr:{(scope.get('client') or ('?',))[0]}"
+        rpm, tpm, concurrent = self._limits(key)
+        usage = self.usage[who]
+        now = time.monotonic()
+        usage.prune(now)
+        if rpm is not None and len(usage.requests) >= rpm:
+            await self._reject(scope, receive, send, 429, f"Rate limit: {rpm} requests per minute.",
+                               "rate_limit_exceeded", usage.requests[0] + WINDOW - now)
+            return
+        used = sum(n for _, n in usage.tokens)
+        if tpm is not None and used >= tpm:
+            await self._reject(scope, receive, send, 429, f"Rate limit: {tpm} tokens per minute.",
+                               "rate_limit_exceeded", usage.tokens[0][0] + WINDOW - now)
+            return
+        if concurrent is not None and usage.in_flight >= concurrent:
+            await self._reject(scope, receive, send, 429,
+                               f"Too many concurrent requests (limit {concurrent}).",
+                               "concurrency_limit_exceeded", 1.0)
+            return
+        usage.requests.append(now)
+        usage.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            usage.in_flight -= 1
+            stats = metrics.current()
+            if stats is not None and stats.tokens:
+                usage.tokens.append((time.monotonic(), stats.tokens))
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None once it grows past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # disconnect: the app will notice on its own receive
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return None
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def wrapped() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return wrapped

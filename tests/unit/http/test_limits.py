@@ -1,0 +1,73 @@
+"""Limits: 413 for big bodies, 429 with Retry-After for rpm / tpm / concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from app.config import GatewayConfig
+from tests.support.gateway import MODEL, config, gateway
+from tests.support.slow_upstream import EndlessUpstream
+from tests.support.wire import Replay
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _cfg(**limits: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate({**config().model_dump(), "limits": limits})
+
+
+def _is_429(r: httpx.Response) -> None:
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    assert int(r.headers["retry-after"]) >= 1 and int(r.headers["retry-after-ms"]) >= 1
+
+
+async def test_body_size_limit() -> None:
+    replay = Replay("03a_completion_tokenids_stream")
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}
+    async with gateway(replay.transport(), _cfg(max_body_bytes=2048)) as c:
+        r = await c.post("/v1/chat/completions", json=big)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+        async def chunks() -> AsyncIterator[bytes]:  # no content-length: checked while reading
+            yield b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "'
+            for _ in range(10):
+                yield b"y" * 500
+            yield b'"}]}'
+
+        r = await c.post("/v1/chat/completions", content=chunks(),
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    assert len(replay.requests) == 1
+
+
+async def test_requests_per_minute() -> None:
+    replay = Replay("03a_completion_tokenids_stream")
+    async with gateway(replay.transport(), _cfg(requests_per_minute=2)) as c:
+        for _ in range(2):
+            assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        _is_429(await c.post("/v1/chat/completions", json=CHAT))
+        assert (await c.get("/v1/models")).status_code == 200  # only generation routes are limited
+
+
+async def test_tokens_per_minute() -> None:
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(), _cfg(tokens_per_minute=50)) as c:
+        assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200  # uses 70 tokens
+        _is_429(await c.post("/v1/chat/completions", json=CHAT))
+
+
+async def test_concurrency_limit() -> None:
+    upstream = EndlessUpstream()
+    transport = httpx.MockTransport(lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    async with gateway(transport, _cfg(max_concurrent=1)) as c:
+        first = asyncio.ensure_future(c.post("/v1/responses", json={"model": MODEL, "input": "hi",
+                                                                     "background": False}))
+        await upstream.five_sent.wait()
+        _is_429(await c.post("/v1/chat/completions", json=CHAT))
+        first.cancel()
