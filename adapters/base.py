@@ -39,6 +39,10 @@ class Backend(Protocol):
 
     def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]: ...
 
+    async def ready(self) -> bool:
+        """True when at least one replica answers its health check."""
+        ...
+
 
 def transport_error(exc: httpx.HTTPError, base_url: str) -> GatewayError:
     """Map an httpx exception (connect / timeout / protocol) to a typed gateway error."""

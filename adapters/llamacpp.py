@@ -76,7 +76,18 @@ class LlamaCppBackend:
         if not base_urls:
             raise ValueError("llama.cpp backend needs at least one base URL")
         self._client = client
-        self._urls = itertools.cycle([u.rstrip("/") for u in base_urls])
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self._urls = itertools.cycle(self.base_urls)
+
+    async def ready(self) -> bool:
+        for url in self.base_urls:
+            try:
+                response = await self._client.get(f"{url}/health", timeout=2.0)
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                return True
+        return False
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is None:

@@ -1,6 +1,9 @@
-"""``GET /health``, ``GET /metrics``, ``GET /v1/models`` and ``GET /v1/models/{id}``."""
+"""Operational routes: ``/health`` (liveness), ``/ready`` (backends reachable), ``/metrics``,
+and ``/v1/models``, ``/v1/models/{id}``."""
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,6 +25,18 @@ def _model_card(registry: Registry, name: str) -> dict[str, object]:
     cfg = registry.config.models[name]
     return {"id": name, "object": "model", "created": registry.created, "owned_by": cfg.owned_by,
             "context_window": cfg.context_window}
+
+
+@router.get("/ready")
+async def ready(request: Request) -> Response:
+    """200 when every model has a reachable backend replica, else 503 with the details."""
+    registry: Registry = request.app.state.registry
+    names = list(registry.routes)
+    checks = await asyncio.gather(*(registry.routes[n].backend.ready() for n in names))
+    models = dict(zip(names, checks, strict=True))
+    ok = all(checks)
+    return JSONResponse({"status": "ready" if ok else "unavailable", "models": models},
+                        status_code=200 if ok else 503)
 
 
 @router.get("/metrics")

@@ -124,3 +124,21 @@ async def test_models_and_health() -> None:
         assert r.json()["id"] == MODEL
         r = await client.get("/v1/models/missing")
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+async def test_ready_reflects_backend_health() -> None:
+    import httpx
+
+    def healthy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"status": "ok"})
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    async with gateway(httpx.MockTransport(healthy)) as client:
+        r = await client.get("/ready")
+        assert r.status_code == 200 and r.json() == {"status": "ready", "models": {MODEL: True}}
+    async with gateway(httpx.MockTransport(down)) as client:
+        r = await client.get("/ready")
+        assert r.status_code == 503 and r.json()["models"] == {MODEL: False}
+        assert (await client.get("/health")).status_code == 200  # liveness is independent
