@@ -27,6 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         lifespan="on",
+        timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
     )
     return 0
 

@@ -94,6 +94,7 @@ class GatewayConfig(_Strict):
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}
 
 

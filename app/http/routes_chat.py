@@ -18,6 +18,7 @@ from app.errors import GatewayError
 from app.http.auth import check_model
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
+from app.http.shutdown import Drain, drained
 from app.ids import random_id
 from app.ingest.chat import ingest_chat
 from app.pipeline import EventStream, start
@@ -67,9 +68,18 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
         if jsonlines:
             return StreamingResponse(_frames(stream, encoder, json_line, None),
                                      media_type="application/jsonlines")
-        return EventSourceResponse(_frames(stream, encoder, data_event, DONE), ping=15, sep="\n",
-                                   headers={"x-accel-buffering": "no",
-                                            "cache-control": "no-cache"})
+        drain = Drain(registry.config.shutdown_grace_seconds)
+
+        async def farewell() -> list[bytes]:
+            await stream.aclose()
+            error = ev.Error("The gateway is shutting down; the answer was cut short.",
+                             code="server_shutdown", status=503)
+            return [data_event(payload) for payload in encoder.encode(error)] + [DONE]
+
+        return EventSourceResponse(drained(_frames(stream, encoder, data_event, DONE), drain, farewell),
+                                   ping=15, sep="\n", shutdown_event=drain.event,
+                                   shutdown_grace_period=drain.grace + 5,
+                                   headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
     folded = await cancel_on_disconnect(request, _fold(stream))
     if folded.error is not None:
         raise _as_exception(folded.error)

@@ -13,6 +13,7 @@ from app.errors import GatewayError
 from app.http.auth import check_model
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
+from app.http.shutdown import Drain, drained
 from app.responses_service import ResponsesService, Run
 from schemas.responses import CreateResponseBody
 
@@ -38,7 +39,14 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     check_model(request, body.model)
     run = await _service(request).create(body)
     if body.stream:
-        return EventSourceResponse(_sse(run), ping=15, sep="\n",
+        drain = Drain(request.app.state.registry.config.shutdown_grace_seconds)
+
+        async def farewell() -> list[bytes]:
+            run.cancel()  # the run ends itself with response.failed (status cancelled)
+            return [named_event(e["type"], e) async for e in run.events()] + [DONE]
+
+        return EventSourceResponse(drained(_sse(run), drain, farewell), ping=15, sep="\n",
+                                   shutdown_event=drain.event, shutdown_grace_period=drain.grace + 5,
                                    headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
     if body.background:
         return JSONResponse(run.encoder.snapshot())

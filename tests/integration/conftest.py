@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fixtures import llama_final, llama_reasoning, llama_tool  # noqa: F401
-from tests.support.process import free_port, healthy_process
+from tests.support.process import Running, free_port, healthy_process
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +36,14 @@ def write_config(path: Path, models: dict[str, str], store: Path) -> Path:
 
 
 @contextmanager
-def run_gateway(config: Path) -> Iterator[str]:
-    """``ocm-gateway serve --config CONFIG`` on a free loopback port; yields its URL."""
+def run_gateway(config: Path) -> Iterator[Running]:
+    """``ocm-gateway serve --config CONFIG`` on a free loopback port."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
     cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--log-level", "warning"]
-    with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=60, env=env) as url:
-        yield url
+    with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=60, env=env) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
@@ -55,5 +55,5 @@ def scripted_models(llama_final: str, llama_reasoning: str, llama_tool: str) -> 
 def gateway_url(scripted_models: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("gateway")
     config = write_config(tmp / "gateway.toml", scripted_models, tmp / "responses.sqlite3")
-    with run_gateway(config) as url:
-        yield url
+    with run_gateway(config) as running:
+        yield running.url

@@ -91,11 +91,11 @@ def test_allowed_tools_blocks_an_unlisted_call(client: OpenAI) -> None:
 
 def test_stored_response_survives_a_gateway_restart(scripted_models: dict[str, str], tmp_path: Path) -> None:
     config = write_config(tmp_path / "gw.toml", scripted_models, tmp_path / "store.sqlite3")
-    with run_gateway(config) as url:
-        created = _client(url).responses.create(model="scripted-final", input="Remember me.")
-    with run_gateway(config) as url:
-        again = _client(url).responses.retrieve(created.id)
+    with run_gateway(config) as gw:
+        created = _client(gw.url).responses.create(model="scripted-final", input="Remember me.")
+    with run_gateway(config) as gw:
+        again = _client(gw.url).responses.retrieve(created.id)
         assert again.output_text == created.output_text and again.status == "completed"
-        _client(url).responses.delete(created.id)
+        _client(gw.url).responses.delete(created.id)
         with pytest.raises(openai.NotFoundError):
-            _client(url).responses.retrieve(created.id)
+            _client(gw.url).responses.retrieve(created.id)

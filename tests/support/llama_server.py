@@ -15,5 +15,5 @@ def llama_server(model: Path, *, n_ctx: int = 4096) -> Iterator[str]:
     """Serve ``model``; yields the base URL, stops the server on exit."""
     port = free_port()
     cmd = [sys.executable, "-m", "tests.support.xllama_main", str(model), str(port), str(n_ctx)]
-    with healthy_process(cmd, f"http://127.0.0.1:{port}") as url:
-        yield url
+    with healthy_process(cmd, f"http://127.0.0.1:{port}") as running:
+        yield running.url

@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,10 +23,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Running:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
 @contextmanager
 def healthy_process(cmd: Sequence[str], url: str, *, timeout: float = 90.0,
-                    env: dict[str, str] | None = None) -> Iterator[str]:
-    """Start ``cmd`` (cwd: repo root), wait for ``GET {url}/health`` == 200, yield ``url``.
+                    env: dict[str, str] | None = None) -> Iterator[Running]:
+    """Start ``cmd`` (cwd: repo root), wait for ``GET {url}/health`` == 200, yield it.
 
     On failure the error carries the tail of the process's output; on exit the process
     gets SIGTERM, then SIGKILL after 5 s.
@@ -51,7 +58,7 @@ def healthy_process(cmd: Sequence[str], url: str, *, timeout: float = 90.0,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{cmd[0]} not healthy after {timeout}s:\n{output()}")
             time.sleep(0.1)
-        yield url
+        yield Running(url, proc)
     finally:
         proc.terminate()
         try:

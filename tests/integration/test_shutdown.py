@@ -1,0 +1,51 @@
+"""SIGTERM: in-flight streams get the grace period, then end with a proper terminal event."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import run_gateway
+from tests.support.loopback_upstream import LoopbackUpstream
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_sigterm_ends_streams_with_a_terminal_event(tmp_path: Path, api: str) -> None:
+    upstream = LoopbackUpstream()
+    with upstream.running() as upstream_url:
+        config = tmp_path / "gw.toml"
+        config.write_text(f'shutdown_grace_seconds = 1.0\n[store]\npath = ":memory:"\n'
+                          f'[models.endless]\nbase_urls = ["{upstream_url}"]\n')
+        with run_gateway(config) as gw:
+            url, proc = gw.url, gw.process
+            path, body = (("/v1/chat/completions", {"model": "endless", "stream": True,
+                                                    "messages": [{"role": "user", "content": "hi"}]})
+                          if api == "chat" else
+                          ("/v1/responses", {"model": "endless", "stream": True, "input": "hi"}))
+            lines: list[str] = []
+            with httpx.stream("POST", url + path, json=body, timeout=30) as r:
+                t_sigterm = None
+                for line in r.iter_lines():
+                    lines.append(line)
+                    if t_sigterm is None and sum(x.startswith("data: ") for x in lines) >= 5:
+                        proc.send_signal(signal.SIGTERM)
+                        t_sigterm = time.monotonic()
+                t_end = time.monotonic()
+            assert t_sigterm is not None
+            proc.wait(timeout=30)
+    data = [x[6:] for x in lines if x.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    last = json.loads(data[-2])
+    if api == "chat":
+        assert last["error"]["code"] == "server_shutdown"
+    else:
+        assert last["type"] == "response.failed" and last["response"]["status"] == "cancelled"
+    assert 0.8 <= t_end - t_sigterm < 10  # streamed through the 1 s grace period, then ended
+    assert upstream.closed_at, "the upstream generation was closed"

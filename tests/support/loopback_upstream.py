@@ -1,0 +1,83 @@
+"""A raw-asyncio loopback HTTP server that streams llama.cpp ``/completion`` events forever.
+
+Runs in a background thread so synchronous tests can use it; records when each
+client connection closed.  Speaks just enough HTTP/1.1 (chunked transfer encoding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
+
+
+class LoopbackUpstream:
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.closed_at: list[float] = []
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            if head.startswith(b"GET /health"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b'content-length: 15\r\n\r\n{"status":"ok"}')
+                await writer.drain()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n")
+            n = 0
+            while True:
+                tok = HEADER[n] if n < len(HEADER) else 13225  # 'Hello'
+                event = {"content": "x", "tokens": [tok], "stop": False}
+                data = b"data: " + json.dumps(event).encode() + b"\n\n"
+                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                await writer.drain()
+                n += 1
+                await asyncio.sleep(self.interval)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            self.closed_at.append(time.monotonic())
+            writer.close()
+
+    @contextmanager
+    def running(self) -> Iterator[str]:
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        server: list[asyncio.base_events.Server] = []
+
+        async def serve() -> None:
+            server.append(await asyncio.start_server(self._handle, "127.0.0.1", 0))
+            self.port = server[0].sockets[0].getsockname()[1]
+            started.set()
+
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(serve(), loop)
+        started.wait(10)
+        try:
+            yield f"http://127.0.0.1:{self.port}"
+        finally:
+            async def shutdown() -> None:
+                server[0].close()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            loop.close()
