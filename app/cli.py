@@ -4,16 +4,53 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+from pathlib import Path
 
 import uvicorn
 
 from app.config import load_config
 
 
+def _start_embedded(model: str, n_ctx: int) -> str:
+    """Serve ``model`` with llama.cpp inside this process (xllamacpp); returns its base URL."""
+    try:
+        import xllamacpp
+    except ImportError:
+        print("ocm-gateway: --embedded needs the 'embedded' extra: pip install 'ocm-gateway[embedded]'",
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    params = xllamacpp.CommonParams()
+    params.model.path = model
+    params.n_ctx = n_ctx
+    params.n_parallel = 1
+    params.port = port
+    params.hostnames = ["127.0.0.1"]
+    _EMBEDDED.append(xllamacpp.Server(params))  # keep it alive for the life of the process
+    return f"http://127.0.0.1:{port}"
+
+
+_EMBEDDED: list[object] = []
+
+
 def _serve(args: argparse.Namespace) -> int:
     if args.config:
         os.environ["OCMGW_CONFIG"] = os.path.abspath(args.config)
+    if args.embedded:
+        if args.workers != 1:
+            print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
+            return 2
+        if not os.path.isfile(args.embedded):
+            print(f"ocm-gateway: no such model file: {args.embedded}", file=sys.stderr)
+            return 2
+        os.environ["OCMGW_MODEL"] = args.model_name or Path(args.embedded).stem
+        os.environ["OCMGW_BACKEND_URL"] = _start_embedded(args.embedded, args.ctx_size)
+        os.environ["OCMGW_BACKEND"] = "llamacpp"
+        os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)
     cfg = load_config()  # validate early: a bad config fails here with a clear message
     if not cfg.models:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
@@ -40,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--embedded", metavar="MODEL.gguf",
+                       help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra)")
+    serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
+    serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug", "trace"])
     args = parser.parse_args(argv)
