@@ -101,6 +101,7 @@ class EventStream:
 
     async def aclose(self) -> None:
         await self._iter.aclose()
+        self._finish_stats()  # also when the stream was closed before it was ever iterated
         aclose = getattr(self._chunks, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -132,7 +133,9 @@ class EventStream:
                         yield out
                     if self._stops.matched:
                         yield ev.PartDone("text")
-                        yield ev.Finished("stop", self._parser.usage())
+                        finished = ev.Finished("stop", self._parser.usage())
+                        self._observe(finished)
+                        yield finished
                         return
                     continue
                 if isinstance(event, (ev.PartDone, ev.Finished)):

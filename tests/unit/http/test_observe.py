@@ -54,3 +54,23 @@ async def test_backend_errors_are_counted() -> None:
         text = (await c.get("/metrics")).text
     assert _value(text, "ocm_backend_errors_total", model=MODEL, code="tool_not_allowed") == 1
     assert _value(text, "ocm_open_streams") == 0
+
+
+async def test_open_streams_gauge_returns_to_zero_when_closed_unread() -> None:
+    from app import metrics as m
+    from app.model import Conversation, GenerationParams, Message, TextPart
+    from app.pipeline import start
+
+    metrics = m.Metrics()
+    stats, token = m.begin(metrics)
+    try:
+        async with gateway(Replay("03a_completion_tokenids_stream").transport()) as c:
+            route = c._transport.app.state.registry.route(MODEL)  # type: ignore[attr-defined]
+            stream = await start(route, Conversation((Message("user", (TextPart("hi"),)),)),
+                                 GenerationParams())
+            assert metrics.open_streams._value.get() == 1
+            await stream.aclose()
+            assert metrics.open_streams._value.get() == 0
+            assert stats.model == MODEL
+    finally:
+        m.end(token)
