@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import orjson
 
+from adapters.sse import SSEDecoder
 from app.errors import (
     ContextLengthExceeded,
     GatewayError,
@@ -75,7 +76,46 @@ def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayErr
         except ValueError:
             retry_after = None
         return UpstreamRateLimited(f"The backend is rate limiting: {message}", retry_after=retry_after)
+    if status == 404:  # the backend does not know the model / route: a gateway config problem
+        return UpstreamError(f"The backend answered 404: {message}", code="upstream_not_found")
     if 400 <= status < 500:
         return InvalidRequest(f"The backend rejected the request: {message}",
                               code="upstream_rejected")
     return UpstreamError(f"The backend failed with HTTP {status}: {message}")
+
+
+async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[str, Any],
+                   backend: str) -> AsyncIterator[dict[str, Any]]:
+    """POST ``body`` as JSON and yield each SSE ``data`` payload as a JSON object.
+
+    Non-200 answers and transport failures raise typed gateway errors; ``[DONE]`` is
+    skipped.  Leaving the iteration early closes the upstream response (and with it the
+    connection), which is how a client disconnect cancels the generation.
+    """
+    decoder = SSEDecoder()
+    try:
+        async with client.stream(
+            "POST", f"{base}{path}", content=orjson.dumps(body),
+            headers={"content-type": "application/json", "accept": "text/event-stream"},
+        ) as response:
+            if response.status_code != 200:
+                raise status_error(response.status_code, await response.aread(), response.headers)
+            async for raw in response.aiter_raw():
+                for data in decoder.decode(raw):
+                    if data != "[DONE]":
+                        yield _json_event(data, backend)
+            for data in decoder.flush():
+                if data != "[DONE]":
+                    yield _json_event(data, backend)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, base) from exc
+
+
+def _json_event(data: str, backend: str) -> dict[str, Any]:
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"{backend} sent a malformed stream event: {data[:200]!r}") from exc
+    if not isinstance(event, dict):
+        raise UpstreamError(f"{backend} sent a stream event that is not an object.")
+    return event

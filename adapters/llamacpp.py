@@ -15,10 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
-import orjson
 
-from adapters.base import Capabilities, status_error, transport_error
-from adapters.sse import SSEDecoder
+from adapters.base import Capabilities, post_sse
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
@@ -116,31 +114,6 @@ class LlamaCppBackend:
         return body
 
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        base = next(self._urls)
-        body = orjson.dumps(self.request_body(prompt, params))
-        decoder = SSEDecoder()
-        try:
-            async with self._client.stream(
-                "POST", f"{base}/completion", content=body,
-                headers={"content-type": "application/json", "accept": "text/event-stream"},
-            ) as response:
-                if response.status_code != 200:
-                    raise status_error(response.status_code, await response.aread(),
-                                       response.headers)
-                async for raw in response.aiter_raw():
-                    for data in decoder.decode(raw):
-                        yield self._chunk(data)
-                for data in decoder.flush():
-                    yield self._chunk(data)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, base) from exc
-
-    @staticmethod
-    def _chunk(data: str) -> Chunk:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"llama.cpp sent a malformed stream event: {data[:200]!r}") from exc
-        if not isinstance(event, dict):
-            raise UpstreamError("llama.cpp sent a stream event that is not an object.")
-        return event_to_chunk(event)
+        body = self.request_body(prompt, params)
+        async for event in post_sse(self._client, next(self._urls), "/completion", body, "llama.cpp"):
+            yield event_to_chunk(event)

@@ -40,8 +40,9 @@ class HarmonySettings(_Strict):
 
 
 class ModelConfig(_Strict):
-    backend: Literal["llamacpp"] = "llamacpp"
+    backend: Literal["llamacpp", "vllm"] = "llamacpp"
     base_urls: list[str] = Field(min_length=1)
+    upstream_model: str | None = None  # the backend's own model name (vLLM); default: this key
     prompt_format: Literal["harmony"] = "harmony"
     context_window: int = Field(default=8192, ge=16)
     owned_by: str = "ocm-gateway"

@@ -8,6 +8,7 @@ import httpx
 
 from adapters.base import Backend
 from adapters.llamacpp import LlamaCppBackend
+from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig
 from app.errors import ModelNotFound
 from app.model import GenerationParams
@@ -15,9 +16,11 @@ from app.pipeline import ModelRoute
 from app.render.harmony import HarmonyOptions
 
 
-def make_backend(cfg: ModelConfig, client: httpx.AsyncClient) -> Backend:
+def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient) -> Backend:
     if cfg.backend == "llamacpp":
         return LlamaCppBackend(client, cfg.base_urls)
+    if cfg.backend == "vllm":
+        return VLLMBackend(client, cfg.base_urls, cfg.upstream_model or name)
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
@@ -29,7 +32,7 @@ class Registry:
         for name, cfg in config.models.items():
             self.routes[name] = ModelRoute(
                 name=name,
-                backend=make_backend(cfg, client),
+                backend=make_backend(name, cfg, client),
                 prompt_format=cfg.prompt_format,
                 context_window=cfg.context_window,
                 harmony=HarmonyOptions(

@@ -45,6 +45,7 @@ class HarmonyEventParser:
         self._done = False
         self._pending_logprobs: list[TokenLogprob] = []
         self._usage: Usage | None = None
+        self._pending: ev.FinishReason | None = None
         self._out: list[ev.Event] = []
         for tok in prefill:  # a forced header: may open a tool call, emitted on first feed
             self._step(tok, None)
@@ -52,6 +53,10 @@ class HarmonyEventParser:
     # -- public API ---------------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[ev.Event]:
         if self._done:
+            # Some backends (vLLM) send usage in a chunk of its own after the finish.
+            if self._pending is not None and chunk.usage is not None:
+                self._usage = chunk.usage
+                return [self._release()]
             return []
         lps = chunk.logprobs if chunk.logprobs and len(chunk.logprobs) == len(chunk.token_ids) else None
         for i, tok in enumerate(chunk.token_ids):
@@ -63,12 +68,16 @@ class HarmonyEventParser:
             self._usage = chunk.usage
         if chunk.finish is not None:
             self._finish(chunk.finish)
+            if self._pending is not None and chunk.usage is not None:
+                self._out.append(self._release())
         out, self._out = self._out, []
         return out
 
     def close(self) -> list[ev.Event]:
         """The backend stream ended; a missing finish is a truncation error."""
-        if not self._done:
+        if self._pending is not None:
+            self._out.append(self._release())
+        elif not self._done:
             self._done = True
             self._out.append(ev.Error("The backend stream ended before the model finished "
                                       "its answer (no stop token).", code="stream_truncated"))
@@ -160,20 +169,28 @@ class HarmonyEventParser:
             cached_tokens=u.cached_tokens if u else 0,
         )
 
+    def _release(self) -> ev.Finished:
+        """The held-back Finished event, with the backend's usage if it has arrived."""
+        assert self._pending is not None
+        reason, self._pending = self._pending, None
+        return ev.Finished(reason, self.usage())
+
     def _finish(self, finish: Finish) -> None:
+        # Finished is held back until the backend's usage arrives (same chunk for llama.cpp,
+        # a later one for vLLM) or the stream ends.
         if self._done:
             return
         self._done = True
         if finish.kind == "length":
             if self._kind in ("reasoning", "preamble", "text"):
                 self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
-            self._out.append(ev.Finished("length", self.usage()))
+            self._pending = "length"
         elif self._stop_token == CALL and self._tool_index >= 0:
-            self._out.append(ev.Finished("tool_calls", self.usage()))
+            self._pending = "tool_calls"
         elif self._stop_token is not None or finish.kind == "stop_string":
             if self._kind in ("reasoning", "preamble", "text"):
                 self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
-            self._out.append(ev.Finished("stop", self.usage()))
+            self._pending = "stop"
         else:
             self._out.append(ev.Error("The backend reported end of generation without a Harmony "
                                       "stop token; the answer is incomplete.",

@@ -1,0 +1,108 @@
+"""vLLM adapter: ``POST /v1/completions`` with a token-id prompt.
+
+The prompt is a list of token ids (user text cannot become a control token);
+``return_token_ids`` brings the generated ids back and ``skip_special_tokens: false``
+keeps Harmony markers in the text.  Streamed choices carry ``token_ids`` (sometimes
+several per chunk) and ``finish_reason`` on the chunk of the last token;
+``stream_options.include_usage`` adds a final usage chunk with ``choices: []``
+(see ``tests/fixtures/wire/vllm``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from adapters.base import Capabilities, post_sse
+from app.errors import InvalidRequest, UpstreamError
+from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
+
+
+def _logprobs(lp: dict[str, Any]) -> tuple[TokenLogprob, ...]:
+    """vLLM's legacy completions logprobs (token strings only, no ids or bytes)."""
+    tokens = lp.get("tokens") or []
+    values = lp.get("token_logprobs") or []
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    out: list[TokenLogprob] = []
+    for token, value, top in zip(tokens, values, tops, strict=False):
+        alternatives = tuple(TopLogprob(str(t), float(v)) for t, v in (top or {}).items())
+        out.append(TokenLogprob(str(token), float(value if value is not None else 0.0), top=alternatives))
+    return tuple(out)
+
+
+def event_to_chunk(event: dict[str, Any]) -> Chunk:
+    """One ``text_completion`` stream event → :class:`Chunk` (pure; tested on recordings)."""
+    usage = event.get("usage")
+    chunk_usage = None
+    if usage:
+        details = usage.get("prompt_tokens_details") or {}
+        chunk_usage = Usage(prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                            completion_tokens=int(usage.get("completion_tokens", 0)),
+                            cached_tokens=int(details.get("cached_tokens") or 0))
+    choices = event.get("choices") or []
+    if not choices:
+        return Chunk(usage=chunk_usage)
+    choice = choices[0]
+    finish = None
+    reason = choice.get("finish_reason")
+    if reason == "length":
+        finish = Finish("length")
+    elif reason == "stop":
+        stop_reason = choice.get("stop_reason")
+        finish = Finish("stop_string", stop_reason) if isinstance(stop_reason, str) else Finish("eos")
+    lp = choice.get("logprobs")
+    return Chunk(text=str(choice.get("text") or ""), token_ids=tuple(choice.get("token_ids") or ()),
+                 logprobs=_logprobs(lp) if lp else None, finish=finish, usage=chunk_usage)
+
+
+class VLLMBackend:
+    kind = "vllm"
+    capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
+                                seed=True, json_schema=False, images=False)
+
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str) -> None:
+        if not base_urls:
+            raise ValueError("vLLM backend needs at least one base URL")
+        self._client = client
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self._urls = itertools.cycle(self.base_urls)
+        self._model = served_model
+
+    async def ready(self) -> bool:
+        for url in self.base_urls:
+            try:
+                if (await self._client.get(f"{url}/health", timeout=2.0)).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                continue
+        return False
+
+    def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
+        if prompt.token_ids is None:
+            raise InvalidRequest("The vLLM adapter sends token ids; this prompt has none.")
+        body: dict[str, Any] = {
+            "model": self._model, "prompt": list(prompt.token_ids), "stream": True,
+            "return_token_ids": True, "skip_special_tokens": False,
+            "stream_options": {"include_usage": True},
+        }
+        if params.max_tokens is not None:
+            body["max_tokens"] = params.max_tokens
+        for name in ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty"):
+            value = getattr(params, name)
+            if value is not None:
+                body[name] = value
+        if prompt.stop_strings:
+            body["stop"] = list(prompt.stop_strings)
+        if params.logprobs:
+            body["logprobs"] = max(params.top_logprobs, 1)
+        return body
+
+    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        body = self.request_body(prompt, params)
+        async for event in post_sse(self._client, next(self._urls), "/v1/completions", body, "vLLM"):
+            if "error" in event:
+                raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
+            yield event_to_chunk(event)
