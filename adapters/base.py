@@ -119,3 +119,14 @@ def _json_event(data: str, backend: str) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise UpstreamError(f"{backend} sent a stream event that is not an object.")
     return event
+
+
+async def any_healthy(client: httpx.AsyncClient, base_urls: list[str], path: str = "/health") -> bool:
+    """True when at least one replica answers ``GET {base}{path}`` with 200 within 2 s."""
+    for url in base_urls:
+        try:
+            if (await client.get(f"{url}{path}", timeout=2.0)).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            continue
+    return False

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
@@ -78,14 +78,7 @@ class LlamaCppBackend:
         self._urls = itertools.cycle(self.base_urls)
 
     async def ready(self) -> bool:
-        for url in self.base_urls:
-            try:
-                response = await self._client.get(f"{url}/health", timeout=2.0)
-            except httpx.HTTPError:
-                continue
-            if response.status_code == 200:
-                return True
-        return False
+        return await any_healthy(self._client, self.base_urls)
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
@@ -72,13 +72,7 @@ class VLLMBackend:
         self._model = served_model
 
     async def ready(self) -> bool:
-        for url in self.base_urls:
-            try:
-                if (await self._client.get(f"{url}/health", timeout=2.0)).status_code == 200:
-                    return True
-            except httpx.HTTPError:
-                continue
-        return False
+        return await any_healthy(self._client, self.base_urls)
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is None:
