@@ -10,13 +10,13 @@ the final ``stop: true`` event carries ``stop_type`` (``eos`` / ``limit`` /
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 
 from adapters.base import Capabilities, any_healthy, post_sse
+from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
@@ -70,12 +70,13 @@ class LlamaCppBackend:
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
                                 seed=True, json_schema=False, images=False)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str]) -> None:
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
+                 policy: RetryPolicy | None = None) -> None:
         if not base_urls:
             raise ValueError("llama.cpp backend needs at least one base URL")
         self._client = client
         self.base_urls = [u.rstrip("/") for u in base_urls]
-        self._urls = itertools.cycle(self.base_urls)
+        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
 
     async def ready(self) -> bool:
         return await any_healthy(self._client, self.base_urls)
@@ -108,5 +109,8 @@ class LlamaCppBackend:
 
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         body = self.request_body(prompt, params)
-        async for event in post_sse(self._client, next(self._urls), "/completion", body, "llama.cpp"):
+        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
+            return post_sse(self._client, base, "/completion", body, "llama.cpp")
+
+        async for event in failover(self.pool, open_stream):
             yield event_to_chunk(event)

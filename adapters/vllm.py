@@ -10,13 +10,13 @@ several per chunk) and ``finish_reason`` on the chunk of the last token;
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 
 from adapters.base import Capabilities, any_healthy, post_sse
+from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
@@ -63,12 +63,13 @@ class VLLMBackend:
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
                                 seed=True, json_schema=False, images=False)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str) -> None:
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str,
+                 policy: RetryPolicy | None = None) -> None:
         if not base_urls:
             raise ValueError("vLLM backend needs at least one base URL")
         self._client = client
         self.base_urls = [u.rstrip("/") for u in base_urls]
-        self._urls = itertools.cycle(self.base_urls)
+        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
         self._model = served_model
 
     async def ready(self) -> bool:
@@ -96,7 +97,10 @@ class VLLMBackend:
 
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         body = self.request_body(prompt, params)
-        async for event in post_sse(self._client, next(self._urls), "/v1/completions", body, "vLLM"):
+        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
+            return post_sse(self._client, base, "/v1/completions", body, "vLLM")
+
+        async for event in failover(self.pool, open_stream):
             if "error" in event:
                 raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
             yield event_to_chunk(event)

@@ -52,8 +52,12 @@ class ModelConfig(_Strict):
 
 class UpstreamSettings(_Strict):
     connect_timeout: float = 10.0
-    read_timeout: float = 600.0
+    read_timeout: float = 600.0  # also the longest silence allowed between two stream events
+    first_byte_timeout: float = 300.0  # until the first stream event (prompt processing)
     max_connections: int = 256
+    max_attempts: int = Field(default=3, ge=1)  # replicas tried before the first byte
+    retry_backoff: float = Field(default=0.05, ge=0)
+    cooldown_seconds: float = Field(default=10.0, ge=0)  # a failed replica is skipped this long
 
 
 def _default_store_path() -> str:

@@ -8,19 +8,23 @@ import httpx
 
 from adapters.base import Backend
 from adapters.llamacpp import LlamaCppBackend
+from adapters.routing import RetryPolicy
 from adapters.vllm import VLLMBackend
-from app.config import GatewayConfig, ModelConfig
+from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.errors import ModelNotFound
 from app.model import GenerationParams
 from app.pipeline import ModelRoute
 from app.render.harmony import HarmonyOptions
 
 
-def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient) -> Backend:
+def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
+                 up: UpstreamSettings) -> Backend:
+    policy = RetryPolicy(max_attempts=up.max_attempts, backoff=up.retry_backoff,
+                         cooldown=up.cooldown_seconds, first_byte_timeout=up.first_byte_timeout)
     if cfg.backend == "llamacpp":
-        return LlamaCppBackend(client, cfg.base_urls)
+        return LlamaCppBackend(client, cfg.base_urls, policy)
     if cfg.backend == "vllm":
-        return VLLMBackend(client, cfg.base_urls, cfg.upstream_model or name)
+        return VLLMBackend(client, cfg.base_urls, cfg.upstream_model or name, policy)
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
@@ -32,7 +36,7 @@ class Registry:
         for name, cfg in config.models.items():
             self.routes[name] = ModelRoute(
                 name=name,
-                backend=make_backend(name, cfg, client),
+                backend=make_backend(name, cfg, client, config.upstream),
                 prompt_format=cfg.prompt_format,
                 context_window=cfg.context_window,
                 harmony=HarmonyOptions(

@@ -17,8 +17,17 @@ HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
 
 
 class LoopbackUpstream:
-    def __init__(self, interval: float = 0.02) -> None:
+    """``mode``: ``endless`` (a token every ``interval`` forever), ``final`` (the recorded
+    llama.cpp answer ``events``), ``error500``, ``stall`` (accepts, never answers),
+    ``truncate`` (headers and ``truncate_after`` events, then the connection drops)."""
+
+    def __init__(self, interval: float = 0.02, mode: str = "endless",
+                 events: list[bytes] | None = None, truncate_after: int = 3) -> None:
         self.interval = interval
+        self.mode = mode
+        self.events = events or []
+        self.truncate_after = truncate_after
+        self.requests = 0
         self.closed_at: list[float] = []
         self.port = 0
 
@@ -35,8 +44,28 @@ class LoopbackUpstream:
                              b'content-length: 15\r\n\r\n{"status":"ok"}')
                 await writer.drain()
                 return
+            self.requests += 1
+            if self.mode == "stall":
+                await asyncio.sleep(3600)
+            if self.mode == "error500":
+                body = b'{"error":{"code":500,"message":"boom","type":"server_error"}}'
+                writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                             + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+                await writer.drain()
+                return
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                          b"transfer-encoding: chunked\r\n\r\n")
+            if self.mode in ("final", "truncate"):
+                events = self.events if self.mode == "final" else self.events[:self.truncate_after]
+                for data in events:
+                    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    await writer.drain()
+                if self.mode == "final":
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                else:
+                    writer.transport.abort()
+                return
             n = 0
             while True:
                 tok = HEADER[n] if n < len(HEADER) else 13225  # 'Hello'

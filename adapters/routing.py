@@ -1,0 +1,114 @@
+"""Replica selection and failover, shared by the token-id adapters.
+
+* **Least outstanding requests**: each replica counts the generations it is serving;
+  a new one goes to the replica with the fewest (ties: list order), skipping replicas
+  in cooldown unless every replica is.
+* **Failover before the first byte**: a replica that refuses the connection, answers
+  5xx or times out before its first stream event is put in cooldown and the request is
+  retried on another one (bounded attempts, exponential backoff).  Nothing is retried
+  once an event has been received: by then bytes may already have reached the client.
+* **First-byte timeout**: waiting longer than ``first_byte_timeout`` for the first event
+  is a 504.  Idle time between later events is bounded by the HTTP client's read timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from app.errors import GatewayError, UpstreamError, UpstreamTimeout
+
+
+@dataclass
+class Replica:
+    url: str
+    outstanding: int = 0
+    cooldown_until: float = 0.0
+
+
+@dataclass
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff: float = 0.05  # seconds before the 2nd attempt; doubles each time
+    cooldown: float = 10.0
+    first_byte_timeout: float = 120.0
+
+
+@dataclass
+class ReplicaPool:
+    urls: list[str]
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    replicas: list[Replica] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("a backend needs at least one base URL")
+        self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+
+    def pick(self, exclude: set[str]) -> Replica:
+        now = time.monotonic()
+        candidates = [r for r in self.replicas if r.url not in exclude] or self.replicas
+        healthy = [r for r in candidates if r.cooldown_until <= now]
+        pool = healthy or sorted(candidates, key=lambda r: r.cooldown_until)[:1]
+        return min(pool, key=lambda r: r.outstanding)
+
+    def fail(self, replica: Replica) -> None:
+        replica.cooldown_until = time.monotonic() + self.policy.cooldown
+
+
+def _retryable(exc: GatewayError) -> bool:
+    retry = exc.status in (502, 503, 504) and exc.code != "upstream_not_found"
+    return isinstance(exc, UpstreamError) and retry
+
+
+Events = AsyncIterator[dict[str, Any]]
+
+
+async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events]) -> Events:
+    """Yield the events of ``open_stream(base_url)`` from the first replica that answers."""
+    tried: set[str] = set()
+    last: GatewayError | None = None
+    for attempt in range(pool.policy.max_attempts):
+        if attempt:
+            await anyio.sleep(pool.policy.backoff * 2 ** (attempt - 1))
+        replica = pool.pick(tried)
+        tried.add(replica.url)
+        replica.outstanding += 1
+        events = open_stream(replica.url)
+        try:
+            try:
+                with anyio.fail_after(pool.policy.first_byte_timeout):
+                    first = await events.__anext__()
+            except TimeoutError:
+                raise UpstreamTimeout(f"The backend at {replica.url} sent nothing for "
+                                      f"{pool.policy.first_byte_timeout:g} s.") from None
+            except StopAsyncIteration:
+                return
+        except GatewayError as exc:
+            replica.outstanding -= 1
+            await _close(events)
+            if not _retryable(exc):
+                raise
+            pool.fail(replica)
+            last = exc
+            continue
+        try:
+            yield first
+            async for event in events:
+                yield event
+        finally:
+            replica.outstanding -= 1
+            await _close(events)
+        return
+    assert last is not None
+    raise last
+
+
+async def _close(events: AsyncIterator[dict[str, Any]]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()

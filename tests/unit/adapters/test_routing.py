@@ -1,0 +1,112 @@
+"""Routing and resilience against real loopback servers (raw asyncio): refused connections,
+5xx, stalls and truncated streams; least-outstanding balancing; nothing retried after bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters.routing import ReplicaPool, RetryPolicy
+from tests.support.gateway import MODEL, config, gateway
+from tests.support.loopback_upstream import LoopbackUpstream
+from tests.support.wire import load
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+FINAL = [c["text"].encode() for c in load("03a_completion_tokenids_stream")["response"]["chunks"]]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # nothing listens here any more: connection refused
+
+
+@contextmanager
+def _servers(*servers: LoopbackUpstream) -> Iterator[list[str]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(s.running()) for s in servers]
+
+
+def _cfg(urls: list[str], **upstream: Any) -> Any:
+    data = config().model_dump()
+    data["models"][MODEL]["base_urls"] = urls
+    data["upstream"].update({"retry_backoff": 0.01, **upstream})
+    return type(config()).model_validate(data)
+
+
+async def _chat(urls: list[str], stream: bool = False, **upstream: Any) -> httpx.Response:
+    async with gateway(httpx.AsyncHTTPTransport(), _cfg(urls, **upstream)) as c:
+        return await c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+
+
+@pytest.mark.parametrize("bad", ["refused", "error500", "stall"])
+async def test_failover_before_first_byte(bad: str) -> None:
+    good = LoopbackUpstream(mode="final", events=FINAL)
+    failing = [] if bad == "refused" else [LoopbackUpstream(mode=bad)]
+    with _servers(*failing, good) as urls:
+        first = _closed_port_url() if bad == "refused" else urls[0]
+        r = await _chat([first, urls[-1]], first_byte_timeout=0.5)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!"
+    assert good.requests == 1
+
+
+@pytest.mark.parametrize(("bad", "status", "code"), [
+    ("refused", 502, "upstream_unavailable"), ("error500", 502, "upstream_error"),
+    ("stall", 504, "upstream_timeout")])
+async def test_all_replicas_failing_is_a_clear_error(bad: str, status: int, code: str) -> None:
+    servers = [] if bad == "refused" else [LoopbackUpstream(mode=bad), LoopbackUpstream(mode=bad)]
+    with _servers(*servers) as urls:
+        targets = [_closed_port_url(), _closed_port_url()] if bad == "refused" else urls
+        r = await _chat(targets, first_byte_timeout=0.3, max_attempts=2)
+    assert r.status_code == status and r.json()["error"]["code"] == code
+    assert sum(s.requests for s in servers) == (0 if bad == "refused" else 2)  # bounded attempts
+
+
+async def test_truncated_stream_is_not_retried() -> None:
+    truncating = LoopbackUpstream(mode="truncate", events=FINAL, truncate_after=4)
+    spare = LoopbackUpstream(mode="final", events=FINAL)
+    with _servers(truncating, spare) as urls:
+        r = await _chat(urls, stream=True)
+    assert r.status_code == 200
+    data = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]" and '"error"' in data[-2]
+    assert spare.requests == 0  # bytes had been sent: no retry on another replica
+
+
+async def test_idle_timeout_mid_stream_ends_with_an_error_event() -> None:
+    slow = LoopbackUpstream(mode="endless", interval=2.0)
+    with _servers(slow) as urls:
+        r = await _chat(urls, stream=True, read_timeout=0.3)
+    data = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert '"upstream_timeout"' in data[-2] and data[-1] == "[DONE]"
+
+
+async def test_least_outstanding_and_cooldown() -> None:
+    pool = ReplicaPool(["http://a", "http://b"], RetryPolicy(cooldown=60))
+    first = pool.pick(set())
+    first.outstanding += 1
+    assert pool.pick(set()).url == "http://b"  # the idle replica wins
+    pool.fail(pool.replicas[1])
+    assert pool.pick(set()).url == "http://a"  # b is cooling down
+    pool.fail(pool.replicas[0])
+    assert pool.pick(set()).url in ("http://a", "http://b")  # all cooling: still serve
+
+
+async def test_concurrent_requests_spread_over_replicas() -> None:
+    a, b = LoopbackUpstream(mode="final", events=FINAL), LoopbackUpstream(mode="final", events=FINAL)
+    with _servers(a, b) as urls:
+        async with gateway(httpx.AsyncHTTPTransport(), _cfg(urls)) as c:
+            results = await asyncio.gather(*(c.post("/v1/chat/completions", json=CHAT) for _ in range(6)))
+    assert all(r.status_code == 200 for r in results)
+    assert a.requests >= 1 and b.requests >= 1 and a.requests + b.requests == 6
