@@ -22,8 +22,10 @@ class LoopbackUpstream:
     ``truncate`` (headers and ``truncate_after`` events, then the connection drops)."""
 
     def __init__(self, interval: float = 0.02, mode: str = "endless",
-                 events: list[bytes] | None = None, truncate_after: int = 3) -> None:
+                 events: list[bytes] | None = None, truncate_after: int = 3,
+                 dialect: str = "llamacpp") -> None:
         self.interval = interval
+        self.dialect = dialect
         self.mode = mode
         self.events = events or []
         self.truncate_after = truncate_after
@@ -69,7 +71,10 @@ class LoopbackUpstream:
             n = 0
             while True:
                 tok = HEADER[n] if n < len(HEADER) else 13225  # 'Hello'
-                event = {"content": "x", "tokens": [tok], "stop": False}
+                event: dict[str, object] = {"content": "x", "tokens": [tok], "stop": False}
+                if self.dialect == "vllm":
+                    event = {"choices": [{"index": 0, "text": "x", "token_ids": [tok],
+                                          "finish_reason": None}]}
                 data = b"data: " + json.dumps(event).encode() + b"\n\n"
                 writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 await writer.drain()

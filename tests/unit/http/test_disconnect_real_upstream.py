@@ -1,0 +1,67 @@
+"""A client disconnect closes the upstream connection within 100 ms, for every adapter.
+
+The upstream is a real loopback TCP server that streams a token every 10 ms forever
+and records when its connection was closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.http.app import create_app
+from tests.support.gateway import MODEL, config
+from tests.support.loopback_upstream import LoopbackUpstream
+
+
+@pytest.mark.parametrize("backend", ["llamacpp", "vllm"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> None:
+    upstream = LoopbackUpstream(interval=0.01, dialect=backend)
+    with upstream.running() as url:
+        data = config(backend=backend).model_dump()
+        data["models"][MODEL]["base_urls"] = [url]
+        app = create_app(type(config()).model_validate(data), transport=httpx.AsyncHTTPTransport())
+        path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+        payload = ({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+                   if api == "chat" else {"model": MODEL, "stream": True, "input": "hi"})
+        body = json.dumps(payload).encode()
+        disconnect = asyncio.Event()
+        delivered = False
+        chunks = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnect.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal chunks
+            if message["type"] == "http.response.body" and message.get("body"):
+                chunks += 1
+                if chunks >= 5:
+                    disconnect.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
+                 "headers": [(b"content-type", b"application/json")]}
+        async with app.router.lifespan_context(app):
+            task = asyncio.ensure_future(app(scope, receive, send))
+            await disconnect.wait()
+            t_disconnect = time.monotonic()
+            await asyncio.wait_for(task, timeout=5)
+            for _ in range(100):
+                if upstream.closed_at:
+                    break
+                await asyncio.sleep(0.005)
+    assert upstream.closed_at, "the upstream connection was never closed"
+    assert upstream.closed_at[0] - t_disconnect < 0.1
