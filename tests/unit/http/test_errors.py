@@ -142,3 +142,16 @@ async def test_ready_reflects_backend_health() -> None:
         r = await client.get("/ready")
         assert r.status_code == 503 and r.json()["models"] == {MODEL: False}
         assert (await client.get("/health")).status_code == 200  # liveness is independent
+
+
+async def test_upstream_429_passes_retry_after() -> None:
+    import httpx
+
+    def limited(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"retry-after": "7"},
+                              json={"error": {"message": "slow down", "type": "rate_limit"}})
+
+    async with gateway(httpx.MockTransport(limited)) as client:
+        r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+    assert r.status_code == 429 and r.headers["retry-after"] == "7"
+    assert _assert_error_shape(r.json())["type"] == "rate_limit_error"
