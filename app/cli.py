@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import socket
 import sys
@@ -56,8 +57,16 @@ def _serve(args: argparse.Namespace) -> int:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
               "OCMGW_BACKEND_URL)", file=sys.stderr)
         return 2
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["formatters"]["json_lines"] = {"format": "%(message)s"}
+    log_config["handlers"]["json_lines"] = {"class": "logging.StreamHandler", "formatter": "json_lines",
+                                            "stream": "ext://sys.stderr"}
+    log_config["loggers"]["ocm_gateway"] = {"handlers": ["json_lines"], "level": args.log_level.upper()
+                                            if args.log_level != "trace" else "DEBUG", "propagate": False}
     uvicorn.run(
         "app.http.app:create_app_from_env",
+        log_config=log_config,
+        access_log=False,  # the gateway writes its own JSON access log (logger ocm_gateway.access)
         factory=True,
         host=args.host or cfg.host,
         port=args.port or cfg.port,
