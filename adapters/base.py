@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import orjson
@@ -23,6 +23,11 @@ from app.model import Chunk, GenerationParams, Prompt
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
+    """What a backend can do; the pipeline rejects requests that need more (400)."""
+
+    prompt: bool = True  # takes a rendered prompt (token ids or text)
+    chat: bool = False  # takes a Conversation (chat-mode upstream)
+    tokenize: bool = False  # implements Tokenizer: Prompt.segments → token ids
     token_ids: bool = False
     logprobs: bool = False
     max_top_logprobs: int = 0
@@ -42,6 +47,16 @@ class Backend(Protocol):
 
     async def ready(self) -> bool:
         """True when at least one replica answers its health check."""
+        ...
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """A backend that can tokenize (``capabilities.tokenize``)."""
+
+    async def tokenize(self, segments: Sequence[tuple[str, bool]]) -> list[int]:
+        """Token ids for (text, trusted) segments: control tokens may come only from
+        trusted segments; untrusted text must never yield one."""
         ...
 
 

@@ -39,15 +39,24 @@ class HarmonySettings(_Strict):
     current_date: str | None = None
 
 
+class TemplateSettings(_Strict):
+    """``prompt_format = "template"``: the model's Jinja chat template and its tokens."""
+
+    path: str | None = None  # a .jinja file (HF ``chat_template``)
+    bos_token: str = ""
+    eos_token: str = ""
+
+
 class ModelConfig(_Strict):
     backend: Literal["llamacpp", "vllm"] = "llamacpp"
     base_urls: list[str] = Field(min_length=1)
     upstream_model: str | None = None  # the backend's own model name (vLLM); default: this key
-    prompt_format: Literal["harmony"] = "harmony"
+    prompt_format: Literal["harmony", "template", "chat"] = "harmony"
     context_window: int = Field(default=8192, ge=16)
     owned_by: str = "ocm-gateway"
     defaults: ModelDefaults = ModelDefaults()
     harmony: HarmonySettings = HarmonySettings()
+    template: TemplateSettings = TemplateSettings()
 
 
 class UpstreamSettings(_Strict):

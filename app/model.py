@@ -115,6 +115,14 @@ class Prompt:
     are the tail of ``token_ids`` that the renderer added to steer the assistant
     message (e.g. a forced tool-call header); the parser consumes them first.
     ``stop_token_ids`` end generation; ``stop_strings`` are handed to the backend.
+
+    ``segments`` is a text prompt split into (text, trusted) pieces: trusted pieces are
+    the template's own text and may contain control tokens; untrusted pieces are the
+    client's text and must be tokenized with special-token parsing off.  A backend
+    with a tokenizer turns them into ``token_ids`` before sending.  ``conversation`` is
+    set for chat-mode backends that take messages instead of a prompt (Ollama
+    ``/api/chat``, OpenAI-compatible upstreams).  ``prefill_text`` is the text form of
+    a forced start of the assistant message, fed to text-level parsers first.
     """
 
     token_ids: tuple[int, ...] | None
@@ -122,6 +130,9 @@ class Prompt:
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     prefill_ids: tuple[int, ...] = ()
+    segments: tuple[tuple[str, bool], ...] = ()
+    conversation: Conversation | None = None
+    prefill_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +164,7 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-StopKind = Literal["eos", "length", "stop_string"]
+StopKind = Literal["eos", "length", "stop_string", "tool_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +176,33 @@ class Finish:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallChunk:
+    """A structured tool-call delta from a chat-mode backend (OpenAI / Ollama shape).
+
+    The first delta of a call carries ``name`` (and ``id`` when the backend gives one);
+    later deltas with the same ``index`` carry argument fragments.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Chunk:
-    """One piece of backend output: text, the token ids behind it, and metadata."""
+    """One piece of backend output: text, the token ids behind it, and metadata.
+
+    Prompt-mode backends fill ``text`` / ``token_ids`` with raw model output (control
+    tokens included where the backend returns them).  Chat-mode backends have already
+    separated the output: ``text`` is answer content, ``reasoning`` is chain of thought
+    and ``tool_calls`` are structured calls.
+    """
 
     text: str = ""
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[TokenLogprob, ...] | None = None
     finish: Finish | None = None
     usage: Usage | None = None
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallChunk, ...] = ()

@@ -14,14 +14,14 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
-from adapters.base import Backend
+from adapters.base import Backend, Tokenizer
 from app import events as ev
 from app import metrics
 from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest
-from app.model import Chunk, Conversation, GenerationParams, Prompt
-from app.parse.harmony import HarmonyEventParser
+from app.formats import HarmonyFormat, PromptFormat
+from app.model import Chunk, Conversation, GenerationParams, Prompt, ReasoningEffort
+from app.parse.base import EventParser
 from app.policy import StopSequences, ToolGuard
-from app.render.harmony import HarmonyOptions, render_harmony
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +30,9 @@ class ModelRoute:
 
     name: str
     backend: Backend
-    prompt_format: str = "harmony"
+    format: PromptFormat = field(default_factory=HarmonyFormat)
     context_window: int = 8192
-    harmony: HarmonyOptions = field(default_factory=HarmonyOptions)
+    default_reasoning_effort: ReasoningEffort = "medium"
 
 
 def check_capabilities(route: ModelRoute, params: GenerationParams) -> None:
@@ -52,13 +52,48 @@ def check_capabilities(route: ModelRoute, params: GenerationParams) -> None:
 
 
 def render(route: ModelRoute, conv: Conversation, params: GenerationParams) -> Prompt:
-    if route.prompt_format != "harmony":
-        raise InvalidRequest(f"Prompt format {route.prompt_format!r} is not available.")
-    return render_harmony(conv, params, route.harmony)
+    prompt = route.format.render(conv, params)
+    if prompt.conversation is not None and not route.backend.capabilities.chat:
+        raise InvalidRequest(f"Model {route.name!r} uses prompt format {route.format.name!r}, which "
+                             f"needs a chat-mode backend; {route.backend.kind} takes prompts.")
+    if prompt.conversation is None and not route.backend.capabilities.prompt:
+        raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} takes "
+                             "messages, not prompts: use prompt_format 'chat'.")
+    return prompt
+
+
+def prompt_tokens(prompt: Prompt) -> int | None:
+    """The prompt's length in tokens, or ``None`` when only the backend can count it."""
+    return len(prompt.token_ids) if prompt.token_ids is not None else None
+
+
+def estimate_tokens(prompt: Prompt) -> int:
+    """Exact when the prompt has token ids; otherwise a conservative text estimate."""
+    exact = prompt_tokens(prompt)
+    if exact is not None:
+        return exact
+    chars = len(prompt.text or "") + sum(len(t) for t, _ in prompt.segments)
+    if prompt.conversation is not None:
+        chars += sum(len(m.text) + sum(len(c.arguments) for c in m.tool_calls)
+                     for m in prompt.conversation.messages)
+    return chars // 3 + 1
+
+
+async def tokenize(route: ModelRoute, prompt: Prompt) -> Prompt:
+    """Segments become token ids when the backend has a tokenizer (exact budgets, and
+    the ids rather than re-tokenizable text go upstream)."""
+    backend = route.backend
+    if prompt.token_ids is None and prompt.segments and isinstance(backend, Tokenizer):
+        ids = await backend.tokenize(prompt.segments)
+        return replace(prompt, token_ids=tuple(ids))
+    return prompt
 
 
 def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams) -> GenerationParams:
-    n_prompt = len(prompt.token_ids or ())
+    counted = prompt_tokens(prompt)
+    if counted is None:
+        return params  # the backend enforces its own context window
+    n_prompt = counted
     room = route.context_window - n_prompt
     if room <= 0:
         raise ContextLengthExceeded(
@@ -78,7 +113,7 @@ class EventStream:
     """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
 
     def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
-                 parser: HarmonyEventParser, params: GenerationParams,
+                 parser: EventParser, params: GenerationParams,
                  allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0) -> None:
         self._first = first
         self._chunks = chunks
@@ -182,12 +217,12 @@ class EventStream:
 
 async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
     check_capabilities(route, params)
-    prompt = render(route, conv, params)
+    prompt = await tokenize(route, render(route, conv, params))
     params = _budget(route, prompt, params)
     allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()
     if params.tool_choice.allowed is not None:
         allowed &= set(params.tool_choice.allowed)
-    parser = HarmonyEventParser(len(prompt.token_ids or ()), prompt.prefill_ids)
+    parser = route.format.parser(prompt, prompt_tokens(prompt) or 0)
     stats = metrics.current()
     if stats is not None:
         stats.model = route.name

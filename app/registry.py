@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 
@@ -12,6 +13,7 @@ from adapters.routing import RetryPolicy
 from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.errors import ModelNotFound
+from app.formats import ChatFormat, HarmonyFormat, PromptFormat, TemplateFormat
 from app.model import GenerationParams
 from app.pipeline import ModelRoute
 from app.render.harmony import HarmonyOptions
@@ -28,6 +30,25 @@ def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
+def make_format(cfg: ModelConfig) -> PromptFormat:
+    if cfg.prompt_format == "harmony":
+        return HarmonyFormat(HarmonyOptions(
+            model_identity=cfg.harmony.model_identity,
+            knowledge_cutoff=cfg.harmony.knowledge_cutoff,
+            current_date=cfg.harmony.current_date,
+            default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+        ))
+    if cfg.prompt_format == "template":
+        t = cfg.template
+        if t.path is None:
+            raise ValueError("prompt_format 'template' needs template.path")
+        return TemplateFormat(Path(t.path).expanduser().read_text(encoding="utf-8"),
+                              bos_token=t.bos_token, eos_token=t.eos_token)
+    if cfg.prompt_format == "chat":
+        return ChatFormat()
+    raise ValueError(f"unknown prompt format {cfg.prompt_format!r}")
+
+
 class Registry:
     def __init__(self, config: GatewayConfig, client: httpx.AsyncClient) -> None:
         self.config = config
@@ -37,14 +58,9 @@ class Registry:
             self.routes[name] = ModelRoute(
                 name=name,
                 backend=make_backend(name, cfg, client, config.upstream),
-                prompt_format=cfg.prompt_format,
+                format=make_format(cfg),
                 context_window=cfg.context_window,
-                harmony=HarmonyOptions(
-                    model_identity=cfg.harmony.model_identity,
-                    knowledge_cutoff=cfg.harmony.knowledge_cutoff,
-                    current_date=cfg.harmony.current_date,
-                    default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
-                ),
+                default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
             )
 
     def route(self, model: str) -> ModelRoute:

@@ -24,7 +24,7 @@ from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, NotF
 from app.ids import random_id
 from app.ingest.responses import build_conversation, generation_params, new_input_items
 from app.model import Conversation, GenerationParams, ImagePart
-from app.pipeline import EventStream, ModelRoute, render, start
+from app.pipeline import EventStream, ModelRoute, estimate_tokens, render, start
 from app.registry import Registry
 from app.store import ResponseStore
 from schemas.responses import CreateResponseBody, TextFormatJSONSchema
@@ -49,7 +49,7 @@ def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams)
     while True:
         candidate = replace(conv, messages=tuple(msgs))
         prompt = render(route, candidate, params)
-        if len(prompt.token_ids or ()) + reserve < route.context_window:
+        if estimate_tokens(prompt) + reserve < route.context_window:
             return candidate, dropped
         body = [i for i, m in enumerate(msgs) if m.role not in ("system", "developer")]
         user_starts = [i for i in body if msgs[i].role == "user"]
@@ -200,7 +200,7 @@ class ResponsesService:
         if body.truncation == "auto":
             conv, dropped = fit_context(route, conv, params)
         status = "queued" if body.background else "in_progress"
-        effort = params.reasoning_effort or route.harmony.default_reasoning_effort
+        effort = params.reasoning_effort or route.default_reasoning_effort
         resource = _resource(body, random_id("resp_"), replace(params, reasoning_effort=effort), status)
         if dropped:
             resource["ocm:truncation"] = {"dropped_messages": dropped}

@@ -1,0 +1,79 @@
+"""Prompt formats: each pairs a renderer (Conversation → Prompt) with its output parser.
+
+A served model has exactly one format (config ``prompt_format``).  The pipeline asks
+the format to render the conversation and, for the resulting prompt, to build the
+incremental parser that turns the backend's chunks back into events:
+
+* ``harmony``: openai-harmony token ids; :class:`app.parse.harmony.HarmonyEventParser`.
+* ``template``: the model's own Jinja chat template, rendered into trusted / untrusted
+  segments; a text-level parser for its markers.
+* ``chat``: no rendering at all — the conversation goes to a chat-mode backend (Ollama
+  ``/api/chat``, an OpenAI-compatible server), whose structured deltas are mapped to
+  events by :class:`app.parse.deltas.DeltaParser`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.model import Conversation, GenerationParams, Prompt
+from app.parse.base import EventParser
+from app.parse.deltas import DeltaParser
+from app.parse.harmony import HarmonyEventParser
+from app.parse.plain import PlainTextDecoder
+from app.parse.text import TextEventParser
+from app.render.harmony import HarmonyOptions, render_harmony
+from app.render.template import render_segments
+
+
+class PromptFormat(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt: ...
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HarmonyFormat:
+    options: HarmonyOptions = field(default_factory=HarmonyOptions)
+    name: str = "harmony"
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return render_harmony(conv, params, self.options)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateFormat:
+    """A Jinja chat template; output parsed as plain answer text until EOS."""
+
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+    name: str = "template"
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        segments = render_segments(self.source, conv, bos_token=self.bos_token,
+                                   eos_token=self.eos_token)
+        return Prompt(token_ids=None, segments=segments)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return TextEventParser(PlainTextDecoder(), prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFormat:
+    """Pass the conversation through to a chat-mode backend."""
+
+    name: str = "chat"
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return Prompt(token_ids=None, conversation=conv)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return DeltaParser(prompt_tokens)
