@@ -10,12 +10,15 @@ the final ``stop: true`` event carries ``stop_type`` (``eos`` / ``limit`` /
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
+import orjson
 
-from adapters.base import Capabilities, any_healthy, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse, status_error, transport_error
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -65,10 +68,17 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
     )
 
 
+# A token whose text looks like a chat-template marker: ``<start_of_turn>``, ``<|im_end|>``,
+# ``[INST]``.  llama.cpp parses USER_DEFINED added tokens even with ``parse_special:
+# false`` (see tests/fixtures/wire/README.md, 06f), so untrusted text is checked.
+_MARKER_PIECE = re.compile(r"^\s*(<[^<>\s]{2,}>|\[[A-Z_/]{2,}\])\s*$")
+_BREAK_AFTER = re.compile(r"(?<=[<\[])")
+
+
 class LlamaCppBackend:
     kind = "llamacpp"
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=False, images=False)
+                                seed=True, json_schema=False, images=False, tokenize=True)
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
                  policy: RetryPolicy | None = None) -> None:
@@ -106,6 +116,50 @@ class LlamaCppBackend:
         if params.logprobs:
             body["n_probs"] = max(params.top_logprobs, 1)
         return body
+
+    async def _tokenize(self, text: str, special: bool) -> list[dict[str, Any]]:
+        body = {"content": text, "add_special": False, "parse_special": special, "with_pieces": True}
+        replica = self.pool.pick(set())
+        try:
+            response = await self._client.post(f"{replica.url}/tokenize", content=orjson.dumps(body),
+                                               headers={"content-type": "application/json"})
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, replica.url) from exc
+        if response.status_code != 200:
+            raise status_error(response.status_code, response.content, response.headers)
+        tokens = orjson.loads(response.content).get("tokens")
+        if not isinstance(tokens, list):
+            raise UpstreamError("llama.cpp /tokenize answered without a token list.")
+        return [t if isinstance(t, dict) else {"id": t, "piece": ""} for t in tokens]
+
+    async def _untrusted_ids(self, text: str) -> list[int]:
+        """Client text → ids that are never a control token.
+
+        Tokenized with ``parse_special: false``; if a resulting token still looks like a
+        marker (an added token llama.cpp matched anyway), the text is re-tokenized in
+        pieces that end right after each ``<`` / ``[``, so no token can span a marker."""
+        tokens = await self._tokenize(text, False)
+        if not any(isinstance(t.get("piece"), str) and _MARKER_PIECE.match(t["piece"]) for t in tokens):
+            return [int(t["id"]) for t in tokens]
+        pieces = [p for p in _BREAK_AFTER.split(text) if p]
+        parts = await asyncio.gather(*(self._tokenize(p, False) for p in pieces))
+        ids: list[int] = []
+        for part in parts:
+            if any(isinstance(t.get("piece"), str) and _MARKER_PIECE.match(t["piece"]) for t in part):
+                raise InvalidRequest("The message text contains a sequence this model's tokenizer "
+                                     "treats as a control token.", param="messages",
+                                     code="control_token_in_text")
+            ids += [int(t["id"]) for t in part]
+        return ids
+
+    async def _trusted_ids(self, text: str) -> list[int]:
+        return [int(t["id"]) for t in await self._tokenize(text, True)]
+
+    async def tokenize(self, segments: Sequence[tuple[str, bool]]) -> list[int]:
+        parts = await asyncio.gather(*(
+            self._trusted_ids(text) if trusted else self._untrusted_ids(text)
+            for text, trusted in segments))
+        return [i for part in parts for i in part]
 
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         body = self.request_body(prompt, params)

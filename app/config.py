@@ -43,14 +43,16 @@ class TemplateSettings(_Strict):
     """``prompt_format = "template"``: the model's Jinja chat template and its tokens."""
 
     path: str | None = None  # a .jinja file (HF ``chat_template``)
+    builtin: str | None = None  # or a template shipped with the gateway (app/templates/NAME.jinja)
     bos_token: str = ""
     eos_token: str = ""
 
 
 class ModelConfig(_Strict):
-    backend: Literal["llamacpp", "vllm"] = "llamacpp"
+    backend: Literal["llamacpp", "vllm", "ollama", "openai"] = "llamacpp"
     base_urls: list[str] = Field(min_length=1)
-    upstream_model: str | None = None  # the backend's own model name (vLLM); default: this key
+    upstream_model: str | None = None  # the backend's own model name (vLLM, Ollama, ...); default: this key
+    api_key: str | None = None  # sent as Authorization: Bearer to an OpenAI-compatible upstream
     prompt_format: Literal["harmony", "template", "chat"] = "harmony"
     context_window: int = Field(default=8192, ge=16)
     owned_by: str = "ocm-gateway"

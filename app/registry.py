@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
@@ -30,6 +31,14 @@ def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
+def builtin_template(name: str) -> str:
+    """A chat template shipped in ``app/templates`` (``gemma3``, ...)."""
+    resource = files("app").joinpath("templates", f"{name}.jinja")
+    if not name.replace("-", "").replace("_", "").isalnum() or not resource.is_file():
+        raise ValueError(f"no built-in chat template named {name!r}")
+    return resource.read_text(encoding="utf-8")
+
+
 def make_format(cfg: ModelConfig) -> PromptFormat:
     if cfg.prompt_format == "harmony":
         return HarmonyFormat(HarmonyOptions(
@@ -40,10 +49,13 @@ def make_format(cfg: ModelConfig) -> PromptFormat:
         ))
     if cfg.prompt_format == "template":
         t = cfg.template
-        if t.path is None:
-            raise ValueError("prompt_format 'template' needs template.path")
-        return TemplateFormat(Path(t.path).expanduser().read_text(encoding="utf-8"),
-                              bos_token=t.bos_token, eos_token=t.eos_token)
+        if t.path is not None:
+            source = Path(t.path).expanduser().read_text(encoding="utf-8")
+        elif t.builtin is not None:
+            source = builtin_template(t.builtin)
+        else:
+            raise ValueError("prompt_format 'template' needs template.path or template.builtin")
+        return TemplateFormat(source, bos_token=t.bos_token, eos_token=t.eos_token)
     if cfg.prompt_format == "chat":
         return ChatFormat()
     raise ValueError(f"unknown prompt format {cfg.prompt_format!r}")
