@@ -78,7 +78,7 @@ _BREAK_AFTER = re.compile(r"(?<=[<\[])")
 class LlamaCppBackend:
     kind = "llamacpp"
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=False, images=False, tokenize=True)
+                                seed=True, json_schema=True, images=False, tokenize=True)
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
                  policy: RetryPolicy | None = None) -> None:
@@ -115,6 +115,8 @@ class LlamaCppBackend:
             body["stop"] = list(prompt.stop_strings)
         if params.logprobs:
             body["n_probs"] = max(params.top_logprobs, 1)
+        if prompt.json_schema is not None:
+            body["json_schema"] = prompt.json_schema  # llama.cpp compiles it to a grammar
         return body
 
     async def _tokenize(self, text: str, special: bool) -> list[dict[str, Any]]:

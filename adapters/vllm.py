@@ -60,8 +60,9 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
 
 class VLLMBackend:
     kind = "vllm"
+    # n > 1 is refused (400): the pipeline streams one choice; send n requests instead.
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=False, images=False)
+                                seed=True, json_schema=True, images=False)
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str,
                  policy: RetryPolicy | None = None) -> None:
@@ -93,6 +94,8 @@ class VLLMBackend:
             body["stop"] = list(prompt.stop_strings)
         if params.logprobs:
             body["logprobs"] = max(params.top_logprobs, 1)
+        if prompt.json_schema is not None:
+            body["structured_outputs"] = {"json": prompt.json_schema}  # vLLM >= 0.10.2
         return body
 
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:

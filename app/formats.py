@@ -60,7 +60,8 @@ class TemplateFormat:
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
                                    eos_token=self.eos_token)
-        return Prompt(token_ids=None, segments=segments)
+        rf = conv.response_format
+        return Prompt(token_ids=None, segments=segments, json_schema=rf.schema if rf else None)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         return TextEventParser(PlainTextDecoder(), prompt_tokens)

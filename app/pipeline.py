@@ -19,7 +19,7 @@ from app import events as ev
 from app import metrics
 from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest
 from app.formats import HarmonyFormat, PromptFormat
-from app.model import Chunk, Conversation, GenerationParams, Prompt, ReasoningEffort
+from app.model import Chunk, Conversation, GenerationParams, ImagePart, Prompt, ReasoningEffort
 from app.parse.base import EventParser
 from app.policy import StopSequences, ToolGuard
 
@@ -35,8 +35,16 @@ class ModelRoute:
     default_reasoning_effort: ReasoningEffort = "medium"
 
 
-def check_capabilities(route: ModelRoute, params: GenerationParams) -> None:
+def check_capabilities(route: ModelRoute, params: GenerationParams,
+                       conv: Conversation | None = None) -> None:
+    """Refuse (400, naming the parameter) what the model's backend cannot do."""
     caps = route.backend.capabilities
+    if conv is not None and not caps.images:
+        for i, msg in enumerate(conv.messages):
+            if any(isinstance(p, ImagePart) for p in msg.content):
+                raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} does "
+                                     "not accept images.", param=f"messages[{i}].content",
+                                     code="unsupported_content_type")
     if params.n > 1 and not caps.n:
         raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
                              f"model {route.name!r}; send n separate requests.", param="n")
@@ -56,6 +64,9 @@ def render(route: ModelRoute, conv: Conversation, params: GenerationParams) -> P
     if prompt.conversation is not None and not route.backend.capabilities.chat:
         raise InvalidRequest(f"Model {route.name!r} uses prompt format {route.format.name!r}, which "
                              f"needs a chat-mode backend; {route.backend.kind} takes prompts.")
+    if prompt.json_schema is not None and not route.backend.capabilities.json_schema:
+        raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} cannot "
+                             "constrain output to a JSON schema.", param="response_format")
     if prompt.conversation is None and not route.backend.capabilities.prompt:
         raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} takes "
                              "messages, not prompts: use prompt_format 'chat'.")
@@ -216,7 +227,7 @@ class EventStream:
 
 
 async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
-    check_capabilities(route, params)
+    check_capabilities(route, params, conv)
     prompt = await tokenize(route, render(route, conv, params))
     params = _budget(route, prompt, params)
     allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()

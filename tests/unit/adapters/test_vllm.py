@@ -101,3 +101,11 @@ async def test_same_answer_as_llamacpp(llamacpp: str, vllm: str, tools: bool) ->
         results.append((_strip(a), _strip(b)))
     assert results[0] == results[1]
     assert results[0][0]["choices"][0]["finish_reason"] == ("tool_calls" if tools else "stop")
+
+
+def test_json_schema_becomes_structured_outputs() -> None:
+    backend = VLLMBackend(httpx.AsyncClient(), ["http://vllm.test"], "tiny")
+    schema = {"type": "object"}
+    body = backend.request_body(Prompt(token_ids=(1, 2), json_schema=schema), GenerationParams(n=1))
+    assert body["structured_outputs"] == {"json": schema}
+    assert "structured_outputs" not in backend.request_body(Prompt(token_ids=(1, 2)), GenerationParams())
