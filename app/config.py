@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
@@ -44,6 +44,7 @@ class TemplateSettings(_Strict):
 
     path: str | None = None  # a .jinja file (HF ``chat_template``)
     builtin: str | None = None  # or a template shipped with the gateway (app/templates/NAME.jinja)
+    from_backend: bool = False  # or the one llama.cpp reports in GET /props (with its bos / eos)
     bos_token: str = ""
     eos_token: str = ""
 
@@ -59,6 +60,19 @@ class ModelConfig(_Strict):
     defaults: ModelDefaults = ModelDefaults()
     harmony: HarmonySettings = HarmonySettings()
     template: TemplateSettings = TemplateSettings()
+
+    @model_validator(mode="after")
+    def _check_format(self) -> ModelConfig:
+        t = self.template
+        sources = [t.path is not None, t.builtin is not None, t.from_backend]
+        if self.prompt_format == "template" and sum(sources) != 1:
+            raise ValueError("prompt_format 'template' needs exactly one of template.path, "
+                             "template.builtin, template.from_backend")
+        if t.from_backend and self.backend != "llamacpp":
+            raise ValueError("template.from_backend reads llama.cpp's /props: backend must be llamacpp")
+        if self.prompt_format == "chat" and self.backend not in ("ollama", "openai"):
+            raise ValueError("prompt_format 'chat' needs a chat-mode backend (ollama, openai)")
+        return self
 
 
 class UpstreamSettings(_Strict):

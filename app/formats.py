@@ -14,6 +14,8 @@ incremental parser that turns the backend's chunks back into events:
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +33,11 @@ class PromptFormat(Protocol):
     @property
     def name(self) -> str: ...
 
+    async def prepare(self) -> None:
+        """Called before every render; a format that needs I/O first (a template fetched
+        from the backend) does it here, once."""
+        ...
+
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt: ...
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser: ...
@@ -40,6 +47,9 @@ class PromptFormat(Protocol):
 class HarmonyFormat:
     options: HarmonyOptions = field(default_factory=HarmonyOptions)
     name: str = "harmony"
+
+    async def prepare(self) -> None:
+        return None
 
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
         return render_harmony(conv, params, self.options)
@@ -57,6 +67,9 @@ class TemplateFormat:
     eos_token: str = ""
     name: str = "template"
 
+    async def prepare(self) -> None:
+        return None
+
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
                                    eos_token=self.eos_token)
@@ -73,8 +86,48 @@ class ChatFormat:
 
     name: str = "chat"
 
+    async def prepare(self) -> None:
+        return None
+
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
         return Prompt(token_ids=None, conversation=conv)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         return DeltaParser(prompt_tokens)
+
+
+TemplateFetcher = Callable[[], Awaitable[tuple[str, str, str]]]
+
+
+class BackendTemplateFormat:
+    """A template format whose template comes from the backend (llama.cpp ``/props``).
+
+    Fetched on first use, not at startup, so the gateway starts before its backends;
+    a failed fetch is retried by the next request.
+    """
+
+    name = "template"
+
+    def __init__(self, fetch: TemplateFetcher) -> None:
+        self._fetch = fetch
+        self._format: TemplateFormat | None = None
+        self._lock = asyncio.Lock()
+
+    async def prepare(self) -> None:
+        if self._format is not None:
+            return
+        async with self._lock:
+            if self._format is None:
+                source, bos, eos = await self._fetch()
+                self._format = TemplateFormat(source, bos_token=bos, eos_token=eos)
+
+    def _ready(self) -> TemplateFormat:
+        if self._format is None:  # pragma: no cover - the pipeline always prepares first
+            raise RuntimeError("BackendTemplateFormat used before prepare()")
+        return self._format
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return self._ready().render(conv, params)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return self._ready().parser(prompt, prompt_tokens)

@@ -228,6 +228,7 @@ class EventStream:
 
 async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
     check_capabilities(route, params, conv)
+    await route.format.prepare()
     prompt = await tokenize(route, render(route, conv, params))
     params = _budget(route, prompt, params)
     allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()

@@ -8,13 +8,20 @@ from pathlib import Path
 
 import httpx
 
-from adapters.base import Backend
+from adapters.base import Backend, status_error, transport_error
 from adapters.llamacpp import LlamaCppBackend
 from adapters.routing import RetryPolicy
 from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
-from app.errors import ModelNotFound
-from app.formats import ChatFormat, HarmonyFormat, PromptFormat, TemplateFormat
+from app.errors import ModelNotFound, UpstreamError
+from app.formats import (
+    BackendTemplateFormat,
+    ChatFormat,
+    HarmonyFormat,
+    PromptFormat,
+    TemplateFetcher,
+    TemplateFormat,
+)
 from app.model import GenerationParams
 from app.pipeline import ModelRoute
 from app.render.harmony import HarmonyOptions
@@ -39,7 +46,24 @@ def builtin_template(name: str) -> str:
     return resource.read_text(encoding="utf-8")
 
 
-def make_format(cfg: ModelConfig) -> PromptFormat:
+def props_fetcher(client: httpx.AsyncClient, base_url: str) -> TemplateFetcher:
+    """Fetch (chat_template, bos_token, eos_token) from llama.cpp's ``GET /props``."""
+    async def fetch() -> tuple[str, str, str]:
+        try:
+            response = await client.get(f"{base_url.rstrip('/')}/props")
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, base_url) from exc
+        if response.status_code != 200:
+            raise status_error(response.status_code, response.content, response.headers)
+        props = response.json()
+        template = props.get("chat_template") if isinstance(props, dict) else None
+        if not isinstance(template, str) or not template:
+            raise UpstreamError(f"The backend at {base_url} reports no chat template in /props.")
+        return template, str(props.get("bos_token") or ""), str(props.get("eos_token") or "")
+    return fetch
+
+
+def make_format(cfg: ModelConfig, client: httpx.AsyncClient | None = None) -> PromptFormat:
     if cfg.prompt_format == "harmony":
         return HarmonyFormat(HarmonyOptions(
             model_identity=cfg.harmony.model_identity,
@@ -49,6 +73,10 @@ def make_format(cfg: ModelConfig) -> PromptFormat:
         ))
     if cfg.prompt_format == "template":
         t = cfg.template
+        if t.from_backend:
+            if cfg.backend != "llamacpp" or client is None:
+                raise ValueError("template.from_backend needs a llamacpp backend")
+            return BackendTemplateFormat(props_fetcher(client, cfg.base_urls[0]))
         if t.path is not None:
             source = Path(t.path).expanduser().read_text(encoding="utf-8")
         elif t.builtin is not None:
@@ -70,7 +98,7 @@ class Registry:
             self.routes[name] = ModelRoute(
                 name=name,
                 backend=make_backend(name, cfg, client, config.upstream),
-                format=make_format(cfg),
+                format=make_format(cfg, client),
                 context_window=cfg.context_window,
                 default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
             )

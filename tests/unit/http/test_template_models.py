@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from app.registry import builtin_template
 from tests.support.fake_template_llamacpp import MARKERS, FakeTemplateLlamaCpp
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
 
@@ -64,3 +69,46 @@ async def test_images_are_refused_naming_the_message() -> None:
     assert r.json()["error"]["param"] == "messages[0].content"
     assert r.json()["error"]["code"] == "unsupported_content_type"
     assert fake.completions == [] and fake.tokenize_calls == []
+
+
+async def test_template_fetched_from_backend_props_once() -> None:
+    fake = FakeTemplateLlamaCpp(["Hi"])
+    props_calls: list[int] = []
+
+    def handler(request: Any) -> Any:
+        if request.url.path == "/props":
+            props_calls.append(1)
+            return httpx.Response(200, json={
+                "chat_template": builtin_template("gemma3"), "bos_token": "<bos>", "eos_token": "<eos>"})
+        return fake(request)
+
+    cfg = config(prompt_format="template", template={"from_backend": True})
+    async with gateway(httpx.MockTransport(handler), cfg) as client:
+        for _ in range(2):
+            r = await client.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hi"
+    assert props_calls == [1]
+    assert fake.completions[0]["prompt"][:2] == [MARKERS["<bos>"], MARKERS["<start_of_turn>"]]
+
+
+async def test_backend_without_template_is_a_clear_502() -> None:
+    def handler(request: Any) -> Any:
+        return httpx.Response(200, json={"chat_template": ""})
+
+    cfg = config(prompt_format="template", template={"from_backend": True})
+    async with gateway(httpx.MockTransport(handler), cfg) as client:
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
+    assert r.status_code == 502 and "no chat template" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("model", [
+    {"prompt_format": "template"},
+    {"prompt_format": "template", "template": {"builtin": "gemma3", "from_backend": True}},
+    {"backend": "vllm", "prompt_format": "template", "template": {"from_backend": True}},
+    {"prompt_format": "chat"},
+])
+def test_inconsistent_template_config_is_rejected(model: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        config(**model)
