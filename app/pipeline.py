@@ -41,10 +41,11 @@ def check_capabilities(route: ModelRoute, params: GenerationParams,
     caps = route.backend.capabilities
     if conv is not None and not caps.images:
         for i, msg in enumerate(conv.messages):
-            if any(isinstance(p, ImagePart) for p in msg.content):
-                raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} does "
-                                     "not accept images.", param=f"messages[{i}].content",
-                                     code="unsupported_content_type")
+            for j, part in enumerate(msg.content):
+                if isinstance(part, ImagePart):
+                    raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} "
+                                         "does not accept images.", param=f"messages[{i}].content[{j}]",
+                                         code="unsupported_content_type")
     if params.n > 1 and not caps.n:
         raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
                              f"model {route.name!r}; send n separate requests.", param="n")

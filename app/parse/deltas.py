@@ -13,30 +13,24 @@ from __future__ import annotations
 from app import events as ev
 from app.ids import random_id
 from app.model import Chunk, Finish, Usage
+from app.parse.accounting import Accounting
 
 
 class DeltaParser:
     def __init__(self, prompt_tokens: int) -> None:
-        self._prompt_tokens = prompt_tokens
-        self._completion_tokens = 0
-        self._reasoning_tokens = 0
-        self._usage: Usage | None = None
+        self._acct = Accounting(prompt_tokens)
         self._part: ev.PartKind | None = None
         self._calls: dict[int, tuple[int, str, str, list[str]]] = {}  # upstream idx → ours
         self._open_call: int | None = None
-        self._pending: ev.FinishReason | None = None
         self._done = False
 
     def feed(self, chunk: Chunk) -> list[ev.Event]:
         if self._done:
-            if self._pending is not None and chunk.usage is not None:
-                self._usage = chunk.usage
-                return [self._release()]
-            return []
+            return self._acct.late(chunk)
         out: list[ev.Event] = []
         if chunk.reasoning:
             self._switch("reasoning", out)
-            self._reasoning_tokens += max(len(chunk.token_ids), 1)
+            self._acct.reasoning_tokens += max(len(chunk.token_ids), 1)
             out.append(ev.ReasoningDelta(chunk.reasoning))
         if chunk.text:
             self._switch("text", out)
@@ -58,35 +52,24 @@ class DeltaParser:
             if call.arguments:
                 known[3].append(call.arguments)
                 out.append(ev.ToolCallArgumentsDelta(known[0], call.arguments))
-        self._completion_tokens += len(chunk.token_ids) or (
+        self._acct.completion_tokens += len(chunk.token_ids) or (
             1 if chunk.text or chunk.reasoning or chunk.tool_calls else 0)
         if chunk.usage is not None:
-            self._usage = chunk.usage
+            self._acct.backend = chunk.usage
         if chunk.finish is not None:
             out.extend(self._end(chunk.finish))
-            if chunk.usage is not None and self._pending is not None:
-                out.append(self._release())
+            out.extend(self._acct.hold(self._reason(chunk.finish), chunk))
         return out
 
     def close(self) -> list[ev.Event]:
-        if self._pending is not None:
-            return [self._release()]
         if self._done:
-            return []
+            return self._acct.drain()
         self._done = True
         return [ev.Error("The backend stream ended before the model finished its answer.",
                          code="stream_truncated")]
 
     def usage(self) -> Usage:
-        u = self._usage
-        return Usage(
-            prompt_tokens=u.prompt_tokens if u and u.prompt_tokens else self._prompt_tokens,
-            completion_tokens=u.completion_tokens if u and u.completion_tokens
-            else self._completion_tokens,
-            reasoning_tokens=u.reasoning_tokens if u and u.reasoning_tokens
-            else self._reasoning_tokens,
-            cached_tokens=u.cached_tokens if u else 0,
-        )
+        return self._acct.usage()
 
     def _switch(self, part: ev.PartKind | None, out: list[ev.Event]) -> None:
         if part is not None:
@@ -107,15 +90,9 @@ class DeltaParser:
         out: list[ev.Event] = []
         self._switch(None, out)
         self._close_call(out)
-        if finish.kind == "length":
-            self._pending = "length"
-        elif self._calls:
-            self._pending = "tool_calls"
-        else:
-            self._pending = "stop"
         return out
 
-    def _release(self) -> ev.Finished:
-        assert self._pending is not None
-        reason, self._pending = self._pending, None
-        return ev.Finished(reason, self.usage())
+    def _reason(self, finish: Finish) -> ev.FinishReason:
+        if finish.kind == "length":
+            return "length"
+        return "tool_calls" if self._calls else "stop"

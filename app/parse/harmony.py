@@ -20,6 +20,7 @@ from openai_harmony import Role, StreamableParser, StreamState
 from app import events as ev
 from app.ids import random_id
 from app.model import Chunk, Finish, TokenLogprob, Usage
+from app.parse.accounting import Accounting
 from app.render.harmony import CALL, END, RETURN
 from app.vocab import harmony_encoding
 
@@ -32,9 +33,7 @@ _Kind = str  # "reasoning" | "preamble" | "text" | "tool" | "unsupported"
 class HarmonyEventParser:
     def __init__(self, prompt_tokens: int, prefill: tuple[int, ...] = ()) -> None:
         self._parser = StreamableParser(harmony_encoding(), Role.ASSISTANT, strict=False)
-        self._prompt_tokens = prompt_tokens
-        self._completion_tokens = 0
-        self._reasoning_tokens = 0
+        self._acct = Accounting(prompt_tokens)
         self._in_content = False
         self._arguments: list[str] = []
         self._kind: _Kind | None = None
@@ -44,8 +43,6 @@ class HarmonyEventParser:
         self._stop_token: int | None = None
         self._done = False
         self._pending_logprobs: list[TokenLogprob] = []
-        self._usage: Usage | None = None
-        self._pending: ev.FinishReason | None = None
         self._out: list[ev.Event] = []
         for tok in prefill:  # a forced header: may open a tool call, emitted on first feed
             self._step(tok, None)
@@ -53,30 +50,26 @@ class HarmonyEventParser:
     # -- public API ---------------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[ev.Event]:
         if self._done:
-            # Some backends (vLLM) send usage in a chunk of its own after the finish.
-            if self._pending is not None and chunk.usage is not None:
-                self._usage = chunk.usage
-                return [self._release()]
-            return []
+            return self._acct.late(chunk)  # vLLM sends usage in a chunk after the finish
         lps = chunk.logprobs if chunk.logprobs and len(chunk.logprobs) == len(chunk.token_ids) else None
         for i, tok in enumerate(chunk.token_ids):
             if self._stop_token is not None:
                 break  # nothing after a stop token belongs to this answer
-            self._completion_tokens += 1
+            self._acct.completion_tokens += 1
             self._step(tok, lps[i] if lps else None)
         if chunk.usage is not None:
-            self._usage = chunk.usage
+            self._acct.backend = chunk.usage
         if chunk.finish is not None:
-            self._finish(chunk.finish)
-            if self._pending is not None and chunk.usage is not None:
-                self._out.append(self._release())
+            reason = self._finish(chunk.finish)
+            if reason is not None:
+                self._out.extend(self._acct.hold(reason, chunk))
         out, self._out = self._out, []
         return out
 
     def close(self) -> list[ev.Event]:
         """The backend stream ended; a missing finish is a truncation error."""
-        if self._pending is not None:
-            self._out.append(self._release())
+        if self._acct.pending is not None:
+            self._out.extend(self._acct.drain())
         elif not self._done:
             self._done = True
             self._out.append(ev.Error("The backend stream ended before the model finished "
@@ -101,7 +94,7 @@ class HarmonyEventParser:
         if self._in_content and not was_content:
             self._open_message()
         if is_content and self._kind == "reasoning":
-            self._reasoning_tokens += 1
+            self._acct.reasoning_tokens += 1
         if is_content and logprob is not None and self._kind == "text":
             self._pending_logprobs.append(logprob)
         if self._in_content:
@@ -161,37 +154,25 @@ class HarmonyEventParser:
             self._out.append(ev.PartDone(kind))  # type: ignore[arg-type]
 
     def usage(self) -> Usage:
-        u = self._usage
-        return Usage(
-            prompt_tokens=u.prompt_tokens if u and u.prompt_tokens else self._prompt_tokens,
-            completion_tokens=u.completion_tokens if u and u.completion_tokens else self._completion_tokens,
-            reasoning_tokens=self._reasoning_tokens,
-            cached_tokens=u.cached_tokens if u else 0,
-        )
+        return self._acct.usage()
 
-    def _release(self) -> ev.Finished:
-        """The held-back Finished event, with the backend's usage if it has arrived."""
-        assert self._pending is not None
-        reason, self._pending = self._pending, None
-        return ev.Finished(reason, self.usage())
-
-    def _finish(self, finish: Finish) -> None:
-        # Finished is held back until the backend's usage arrives (same chunk for llama.cpp,
-        # a later one for vLLM) or the stream ends.
+    def _finish(self, finish: Finish) -> ev.FinishReason | None:
+        """Close the open part; the finish reason, or None after an error event."""
         if self._done:
-            return
+            return None
         self._done = True
         if finish.kind == "length":
-            if self._kind in ("reasoning", "preamble", "text"):
-                self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
-            self._pending = "length"
-        elif self._stop_token == CALL and self._tool_index >= 0:
-            self._pending = "tool_calls"
-        elif self._stop_token is not None or finish.kind == "stop_string":
-            if self._kind in ("reasoning", "preamble", "text"):
-                self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
-            self._pending = "stop"
-        else:
-            self._out.append(ev.Error("The backend reported end of generation without a Harmony "
-                                      "stop token; the answer is incomplete.",
-                                      code="stream_truncated"))
+            self._close_part()
+            return "length"
+        if self._stop_token == CALL and self._tool_index >= 0:
+            return "tool_calls"
+        if self._stop_token is not None or finish.kind == "stop_string":
+            self._close_part()
+            return "stop"
+        self._out.append(ev.Error("The backend reported end of generation without a Harmony "
+                                  "stop token; the answer is incomplete.", code="stream_truncated"))
+        return None
+
+    def _close_part(self) -> None:
+        if self._kind in ("reasoning", "preamble", "text"):
+            self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]

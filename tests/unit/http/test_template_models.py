@@ -66,7 +66,7 @@ async def test_images_are_refused_naming_the_message() -> None:
         {"type": "text", "text": "what is this"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
     assert r.status_code == 400
-    assert r.json()["error"]["param"] == "messages[0].content"
+    assert r.json()["error"]["param"] == "messages[0].content[1]"
     assert r.json()["error"]["code"] == "unsupported_content_type"
     assert fake.completions == [] and fake.tokenize_calls == []
 
