@@ -93,8 +93,7 @@ class ChatChunkEncoder:
 
 def completion_body(folded: Folded, response_id: str, model: str, created: int, *,
                     logprobs: bool) -> dict[str, Any]:
-    content = folded.preamble + folded.text
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    message: dict[str, Any] = {"role": "assistant", "content": folded.content or None}
     if folded.reasoning:
         message["reasoning_content"] = folded.reasoning
     if folded.tool_calls:

@@ -24,6 +24,7 @@ class Folded:
     reasoning: str = ""
     preamble: str = ""
     text: str = ""
+    content: str = ""  # preambles and answer text in the order they streamed
     tool_calls: list[FoldedToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: ev.FinishReason | None = None
@@ -35,8 +36,10 @@ class Folded:
             self.reasoning += event.text
         elif isinstance(event, ev.PreambleDelta):
             self.preamble += event.text
+            self.content += event.text
         elif isinstance(event, ev.TextDelta):
             self.text += event.text
+            self.content += event.text
             if event.logprobs:
                 self.logprobs.extend(event.logprobs)
         elif isinstance(event, ev.ToolCallStarted):
