@@ -54,7 +54,8 @@ class ModelConfig(_Strict):
     base_urls: list[str] = Field(min_length=1)
     upstream_model: str | None = None  # the backend's own model name (vLLM, Ollama, ...); default: this key
     api_key: str | None = None  # sent as Authorization: Bearer to an OpenAI-compatible upstream
-    prompt_format: Literal["harmony", "template", "chat"] = "harmony"
+    # default: "chat" for chat-mode backends (ollama, openai), "harmony" otherwise
+    prompt_format: Literal["harmony", "template", "chat"] | None = None
     context_window: int = Field(default=8192, ge=16)
     owned_by: str = "ocm-gateway"
     defaults: ModelDefaults = ModelDefaults()
@@ -63,6 +64,11 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_format(self) -> ModelConfig:
+        chat_backend = self.backend in ("ollama", "openai")
+        if self.prompt_format is None:
+            self.prompt_format = "chat" if chat_backend else "harmony"
+        if chat_backend and self.prompt_format != "chat":
+            raise ValueError(f"the {self.backend} backend takes messages: prompt_format must be 'chat'")
         t = self.template
         sources = [t.path is not None, t.builtin is not None, t.from_backend]
         if self.prompt_format == "template" and sum(sources) != 1:
@@ -70,7 +76,7 @@ class ModelConfig(_Strict):
                              "template.builtin, template.from_backend")
         if t.from_backend and self.backend != "llamacpp":
             raise ValueError("template.from_backend reads llama.cpp's /props: backend must be llamacpp")
-        if self.prompt_format == "chat" and self.backend not in ("ollama", "openai"):
+        if self.prompt_format == "chat" and not chat_backend:
             raise ValueError("prompt_format 'chat' needs a chat-mode backend (ollama, openai)")
         return self
 
