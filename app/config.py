@@ -49,18 +49,27 @@ class TemplateSettings(_Strict):
     eos_token: str = ""
 
 
+class OpenChatMLSettings(_Strict):
+    """``prompt_format = "openchatml"`` (the system message reuses ``[harmony]`` identity,
+    knowledge cutoff and date)."""
+
+    require_channels: bool = False  # E-PARSE-CHANNEL-MISSING for output without a channel
+    document_header: bool = True  # the §2 YAML document header at the top of the prompt
+
+
 class ModelConfig(_Strict):
     backend: Literal["llamacpp", "vllm", "ollama", "openai"] = "llamacpp"
     base_urls: list[str] = Field(min_length=1)
     upstream_model: str | None = None  # the backend's own model name (vLLM, Ollama, ...); default: this key
     api_key: str | None = None  # sent as Authorization: Bearer to an OpenAI-compatible upstream
     # default: "chat" for chat-mode backends (ollama, openai), "harmony" otherwise
-    prompt_format: Literal["harmony", "template", "chat"] | None = None
+    prompt_format: Literal["harmony", "openchatml", "template", "chat"] | None = None
     context_window: int = Field(default=8192, ge=16)
     owned_by: str = "ocm-gateway"
     defaults: ModelDefaults = ModelDefaults()
     harmony: HarmonySettings = HarmonySettings()
     template: TemplateSettings = TemplateSettings()
+    openchatml: OpenChatMLSettings = OpenChatMLSettings()
 
     @model_validator(mode="after")
     def _check_format(self) -> ModelConfig:

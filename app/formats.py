@@ -5,6 +5,8 @@ the format to render the conversation and, for the resulting prompt, to build th
 incremental parser that turns the backend's chunks back into events:
 
 * ``harmony``: openai-harmony token ids; :class:`app.parse.harmony.HarmonyEventParser`.
+* ``openchatml``: OpenChatML 2.2 text prompts, parsed back at the text level
+  (:mod:`app.parse.openchatml`), so it works over text-only transports too.
 * ``template``: the model's own Jinja chat template, rendered into trusted / untrusted
   segments; a text-level parser for its markers.
 * ``chat``: no rendering at all — the conversation goes to a chat-mode backend (Ollama
@@ -23,9 +25,11 @@ from app.model import Conversation, GenerationParams, Prompt
 from app.parse.base import EventParser
 from app.parse.deltas import DeltaParser
 from app.parse.harmony import HarmonyEventParser
+from app.parse.openchatml import OpenChatMLDecoder
 from app.parse.plain import PlainTextDecoder
 from app.parse.text import TextEventParser
 from app.render.harmony import HarmonyOptions, render_harmony
+from app.render.openchatml import OpenChatMLOptions, render_openchatml
 from app.render.template import render_segments
 
 
@@ -78,6 +82,26 @@ class TemplateFormat:
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         return TextEventParser(PlainTextDecoder(), prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenChatMLFormat:
+    """OpenChatML 2.2: a text prompt (trusted markup + escaped client text as segments),
+    parsed back by the text-level OpenChatML decoder."""
+
+    options: OpenChatMLOptions = field(default_factory=OpenChatMLOptions)
+    require_channels: bool = False
+    name: str = "openchatml"
+
+    async def prepare(self) -> None:
+        return None
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return render_openchatml(conv, params, self.options)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        decoder = OpenChatMLDecoder(prefill=prompt.prefill_text, require_channels=self.require_channels)
+        return TextEventParser(decoder, prompt_tokens)
 
 
 @dataclass(frozen=True, slots=True)
