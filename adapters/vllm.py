@@ -77,10 +77,16 @@ class VLLMBackend:
         return await any_healthy(self._client, self.base_urls)
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
-        if prompt.token_ids is None:
-            raise InvalidRequest("The vLLM adapter sends token ids; this prompt has none.")
+        if prompt.token_ids is not None:
+            upstream_prompt: list[int] | str = list(prompt.token_ids)
+        elif prompt.text is not None:
+            # Only formats whose renderer has made client text inert set ``text`` (OpenChatML).
+            upstream_prompt = prompt.text
+        else:
+            raise InvalidRequest("vLLM needs token ids or a text-safe prompt; this prompt format "
+                                 "produces neither for vLLM (use llama.cpp, which tokenizes segments).")
         body: dict[str, Any] = {
-            "model": self._model, "prompt": list(prompt.token_ids), "stream": True,
+            "model": self._model, "prompt": upstream_prompt, "stream": True,
             "return_token_ids": True, "skip_special_tokens": False,
             "stream_options": {"include_usage": True},
         }

@@ -109,3 +109,12 @@ def test_json_schema_becomes_structured_outputs() -> None:
     body = backend.request_body(Prompt(token_ids=(1, 2), json_schema=schema), GenerationParams(n=1))
     assert body["structured_outputs"] == {"json": schema}
     assert "structured_outputs" not in backend.request_body(Prompt(token_ids=(1, 2)), GenerationParams())
+
+
+def test_text_safe_prompt_goes_as_text_and_segments_alone_are_refused() -> None:
+    backend = VLLMBackend(httpx.AsyncClient(), ["http://vllm.test"], "tiny")
+    text = "<|start|>user<|message|>hi<|end|><|start|>assistant"
+    assert backend.request_body(Prompt(token_ids=None, text=text), GenerationParams())["prompt"] == text
+    with pytest.raises(InvalidRequest):
+        backend.request_body(Prompt(token_ids=None, segments=(("<x>", True), ("user", False))),
+                             GenerationParams())
