@@ -21,12 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from app.chat_template.analysis import ReasoningMode, analyze
+from app.errors import InvalidRequest
 from app.model import Conversation, GenerationParams, Prompt
 from app.parse.base import EventParser
 from app.parse.deltas import DeltaParser
 from app.parse.harmony import HarmonyEventParser
 from app.parse.openchatml import OpenChatMLDecoder
-from app.parse.plain import PlainTextDecoder
+from app.parse.template import template_decoder
 from app.parse.text import TextEventParser
 from app.render.harmony import HarmonyOptions, render_harmony
 from app.render.openchatml import OpenChatMLOptions, render_openchatml
@@ -64,7 +66,8 @@ class HarmonyFormat:
 
 @dataclass(frozen=True, slots=True)
 class TemplateFormat:
-    """A Jinja chat template; output parsed as plain answer text until EOS."""
+    """A Jinja chat template; output parsed by the template's differential analysis
+    (:mod:`app.chat_template`), memoized per template source."""
 
     source: str
     bos_token: str = ""
@@ -75,13 +78,21 @@ class TemplateFormat:
         return None
 
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        analysis = analyze(self.source)
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
-                                   eos_token=self.eos_token)
+                                   eos_token=self.eos_token, caps=analysis.caps)
         rf = conv.response_format
-        return Prompt(token_ids=None, segments=segments, json_schema=rf.schema if rf else None)
+        if rf is not None and analysis.reasoning.mode != ReasoningMode.NONE:
+            raise InvalidRequest("response_format json_schema is not available for this model: its "
+                                 "output has reasoning around the answer, so the whole output cannot "
+                                 "be constrained to the schema.", param="response_format")
+        return Prompt(token_ids=None, segments=segments, tools=conv.tools,
+                      json_schema=rf.schema if rf else None)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
-        return TextEventParser(PlainTextDecoder(), prompt_tokens)
+        decoder = template_decoder(self.source, prompt.segments, tools=prompt.tools,
+                                   eos_token=self.eos_token)
+        return TextEventParser(decoder, prompt_tokens)
 
 
 @dataclass(frozen=True, slots=True)

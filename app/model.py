@@ -123,7 +123,8 @@ class Prompt:
     set for chat-mode backends that take messages instead of a prompt (Ollama
     ``/api/chat``, OpenAI-compatible upstreams).  ``prefill_text`` is the text form of
     a forced start of the assistant message, fed to text-level parsers first.
-    ``json_schema`` asks the backend to constrain the whole output to the schema
+    ``tools`` are the offered tools, for parsers that type call arguments by their
+    schema.  ``json_schema`` asks the backend to constrain the whole output to the schema
     (grammar / structured outputs); formats set it only when the model's output has no
     reasoning or markers around the answer (Harmony writes the schema into the prompt).
     """
@@ -137,6 +138,7 @@ class Prompt:
     conversation: Conversation | None = None
     prefill_text: str = ""
     json_schema: dict[str, Any] | None = None
+    tools: tuple[FunctionTool, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
