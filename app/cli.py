@@ -1,4 +1,9 @@
-"""``ocm-gateway`` command line: ``ocm-gateway serve [--config FILE] [--host] [--port] ...``."""
+"""``ocm-gateway`` command line.
+
+``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``transcript validate|to-json
+FILE`` checks / converts OpenChatML transcripts; ``template analyze FILE.jinja`` prints what
+the chat-template auto-parser finds in a template.
+"""
 
 from __future__ import annotations
 
@@ -134,9 +139,22 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug", "trace"])
+    transcript = sub.add_parser("transcript", help="OpenChatML transcripts: validate FILE | to-json FILE",
+                                add_help=False)
+    transcript.add_argument("rest", nargs=argparse.REMAINDER)
+    template = sub.add_parser("template", help="chat templates: analyze FILE.jinja", add_help=False)
+    template.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "transcript":
+        from app.transcript import run as run_transcript
+
+        return run_transcript(args.rest)
+    if args.command == "template":
+        from app.chat_template.cli import run as run_template
+
+        return run_template(args.rest)
     return 2  # pragma: no cover - argparse enforces the choice
 
 
