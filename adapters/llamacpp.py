@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -168,5 +169,7 @@ class LlamaCppBackend:
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
             return post_sse(self._client, base, "/completion", body, "llama.cpp")
 
-        async for event in failover(self.pool, open_stream):
-            yield event_to_chunk(event)
+        # aclosing: a client disconnect closes the upstream response now, not at GC time.
+        async with aclosing(failover(self.pool, open_stream)) as events:
+            async for event in events:
+                yield event_to_chunk(event)

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,8 @@ def _retryable(exc: GatewayError) -> bool:
 Events = AsyncIterator[dict[str, Any]]
 
 
-async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events]) -> Events:
+async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events],
+                   ) -> AsyncGenerator[dict[str, Any], None]:
     """Yield the events of ``open_stream(base_url)`` from the first replica that answers."""
     tried: set[str] = set()
     last: GatewayError | None = None

@@ -11,6 +11,7 @@ several per chunk) and ``finish_reason`` on the chunk of the last token;
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -109,7 +110,9 @@ class VLLMBackend:
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
             return post_sse(self._client, base, "/v1/completions", body, "vLLM")
 
-        async for event in failover(self.pool, open_stream):
-            if "error" in event:
-                raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
-            yield event_to_chunk(event)
+        # aclosing: a client disconnect closes the upstream response now, not at GC time.
+        async with aclosing(failover(self.pool, open_stream)) as events:
+            async for event in events:
+                if "error" in event:
+                    raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
+                yield event_to_chunk(event)

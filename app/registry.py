@@ -10,6 +10,8 @@ import httpx
 
 from adapters.base import Backend, status_error, transport_error
 from adapters.llamacpp import LlamaCppBackend
+from adapters.ollama import OllamaBackend
+from adapters.openai_chat import OpenAIChatBackend
 from adapters.routing import RetryPolicy
 from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
@@ -18,6 +20,7 @@ from app.formats import (
     BackendTemplateFormat,
     ChatFormat,
     HarmonyFormat,
+    OpenChatMLFormat,
     PromptFormat,
     TemplateFetcher,
     TemplateFormat,
@@ -25,6 +28,7 @@ from app.formats import (
 from app.model import GenerationParams
 from app.pipeline import ModelRoute
 from app.render.harmony import HarmonyOptions
+from app.render.openchatml import OpenChatMLOptions
 
 
 def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
@@ -35,6 +39,11 @@ def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
         return LlamaCppBackend(client, cfg.base_urls, policy)
     if cfg.backend == "vllm":
         return VLLMBackend(client, cfg.base_urls, cfg.upstream_model or name, policy)
+    if cfg.backend == "ollama":
+        return OllamaBackend(client, cfg.base_urls, cfg.upstream_model or name, policy)
+    if cfg.backend == "openai":
+        return OpenAIChatBackend(client, cfg.base_urls, cfg.upstream_model or name, policy,
+                                 api_key=cfg.api_key)
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
@@ -63,7 +72,7 @@ def props_fetcher(client: httpx.AsyncClient, base_url: str) -> TemplateFetcher:
     return fetch
 
 
-def make_format(cfg: ModelConfig, client: httpx.AsyncClient | None = None) -> PromptFormat:
+def make_format(name: str, cfg: ModelConfig, client: httpx.AsyncClient | None = None) -> PromptFormat:
     if cfg.prompt_format == "harmony":
         return HarmonyFormat(HarmonyOptions(
             model_identity=cfg.harmony.model_identity,
@@ -71,6 +80,13 @@ def make_format(cfg: ModelConfig, client: httpx.AsyncClient | None = None) -> Pr
             current_date=cfg.harmony.current_date,
             default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
         ))
+    if cfg.prompt_format == "openchatml":
+        return OpenChatMLFormat(OpenChatMLOptions(
+            model=name, model_identity=cfg.harmony.model_identity,
+            knowledge_cutoff=cfg.harmony.knowledge_cutoff, current_date=cfg.harmony.current_date,
+            default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+            document_header=cfg.openchatml.document_header,
+        ), require_channels=cfg.openchatml.require_channels)
     if cfg.prompt_format == "template":
         t = cfg.template
         if t.from_backend:
@@ -98,7 +114,7 @@ class Registry:
             self.routes[name] = ModelRoute(
                 name=name,
                 backend=make_backend(name, cfg, client, config.upstream),
-                format=make_format(cfg, client),
+                format=make_format(name, cfg, client),
                 context_window=cfg.context_window,
                 default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
             )

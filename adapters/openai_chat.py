@@ -1,0 +1,305 @@
+"""OpenAI-compatible upstream adapter: ``POST {base}/v1/chat/completions``, streamed.
+
+Works with anything that speaks Chat Completions: vLLM, llama.cpp ``llama-server``,
+Ollama's ``/v1``, hosted providers (``api_key`` → ``Authorization: Bearer``).  A base
+URL without a path gets ``/v1`` appended; one with a path (``https://api.openai.com/v1``,
+``https://host/openai/v1beta``) is used as the API root as it is, like the OpenAI SDK.
+
+We always stream with ``stream_options.include_usage``.  Each SSE chunk's
+``choices[0].delta`` carries ``content`` (answer), ``reasoning_content`` or
+``reasoning`` (chain of thought; servers differ in the name, some send both) and
+``tool_calls`` fragments (``index``; ``id`` and ``function.name`` on the first
+fragment, then ``function.arguments`` pieces); ``finish_reason`` ends the choice and a
+last chunk with ``choices: []`` carries ``usage`` (see ``tests/fixtures/wire/*/07*``).
+llama.cpp adds ``timings`` to its last chunk, used for usage when no ``usage`` comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from adapters.base import Capabilities, transport_error
+from adapters.chat_messages import (
+    body_error,
+    conversation,
+    offered_tools,
+    stop_strings,
+    stream_error,
+)
+from adapters.routing import ReplicaPool, RetryPolicy, failover
+from adapters.sse import SSEDecoder
+from app.errors import UpstreamError
+from app.model import (
+    Chunk,
+    Conversation,
+    Finish,
+    GenerationParams,
+    ImagePart,
+    Message,
+    Prompt,
+    TextPart,
+    TokenLogprob,
+    ToolCallChunk,
+    TopLogprob,
+    Usage,
+)
+
+
+def api_root(base: str) -> str:
+    """``http://host:8000`` → ``http://host:8000/v1``; a URL with a path is kept."""
+    base = base.rstrip("/")
+    return base if urlsplit(base).path not in ("", "/") else f"{base}/v1"
+
+
+def _content(msg: Message) -> str | list[dict[str, Any]]:
+    if not any(isinstance(p, ImagePart) for p in msg.content):
+        return msg.text
+    parts: list[dict[str, Any]] = []
+    for part in msg.content:
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "text": part.text})
+        else:
+            image: dict[str, Any] = {"url": part.url}
+            if part.detail is not None:
+                image["detail"] = part.detail
+            parts.append({"type": "image_url", "image_url": image})
+    return parts
+
+
+def _message(msg: Message) -> dict[str, Any]:
+    # ``developer`` is sent as ``system``: every compatible server knows that role (chat
+    # templates of local servers often reject others) and OpenAI treats them alike.
+    role = "system" if msg.role == "developer" else msg.role
+    out: dict[str, Any] = {"role": role}
+    if msg.role == "assistant":
+        out["content"] = (msg.text or None) if msg.tool_calls else msg.text
+        if msg.tool_calls:  # reasoning is not echoed back
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in msg.tool_calls]
+    else:
+        out["content"] = _content(msg)
+    if msg.role == "tool":
+        out["tool_call_id"] = msg.tool_call_id
+    elif msg.name is not None:
+        out["name"] = msg.name
+    return out
+
+
+def _tool_choice(params: GenerationParams) -> str | dict[str, Any]:
+    choice = params.tool_choice
+    if choice.mode == "required" and choice.allowed is not None and len(choice.allowed) == 1:
+        return {"type": "function", "function": {"name": choice.allowed[0]}}
+    return choice.mode
+
+
+def request_body(model: str, conv: Conversation, prompt: Prompt,
+                 params: GenerationParams) -> dict[str, Any]:
+    """The ``/chat/completions`` body for a conversation (pure; unit-tested)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message(m) for m in conv.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    tools = offered_tools(conv, params)
+    if tools:
+        body["tools"] = [{"type": "function", "function": {
+            k: v for k, v in (("name", t.name), ("description", t.description),
+                              ("parameters", t.parameters), ("strict", t.strict))
+            if v is not None}} for t in tools]
+        body["tool_choice"] = _tool_choice(params)
+        if not params.parallel_tool_calls:
+            body["parallel_tool_calls"] = False
+    fmt = conv.response_format
+    if fmt is not None:
+        schema: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema}
+        if fmt.description is not None:
+            schema["description"] = fmt.description
+        if fmt.strict is not None:
+            schema["strict"] = fmt.strict
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    for name in ("max_tokens", "temperature", "top_p", "seed", "frequency_penalty",
+                 "presence_penalty", "reasoning_effort"):
+        value = getattr(params, name)
+        if value is not None:
+            body[name] = value
+    stops = stop_strings(prompt, params)
+    if stops:
+        body["stop"] = stops
+    if params.logprobs:
+        body["logprobs"] = True
+        if params.top_logprobs:
+            body["top_logprobs"] = params.top_logprobs
+    return body
+
+
+def _bytes(value: Any) -> tuple[int, ...] | None:
+    return tuple(value) if isinstance(value, list) else None
+
+
+def _logprobs(items: Sequence[dict[str, Any]]) -> tuple[TokenLogprob, ...]:
+    return tuple(
+        TokenLogprob(str(item.get("token", "")), float(item.get("logprob") or 0.0),
+                     _bytes(item.get("bytes")), None,
+                     tuple(TopLogprob(str(t.get("token", "")), float(t.get("logprob") or 0.0),
+                                      _bytes(t.get("bytes")))
+                           for t in item.get("top_logprobs") or ()))
+        for item in items)
+
+
+def _usage(event: dict[str, Any]) -> Usage | None:
+    usage = event.get("usage")
+    if isinstance(usage, dict):
+        completion = usage.get("completion_tokens_details") or {}
+        prompt = usage.get("prompt_tokens_details") or {}
+        return Usage(prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                     completion_tokens=int(usage.get("completion_tokens") or 0),
+                     reasoning_tokens=int(completion.get("reasoning_tokens") or 0),
+                     cached_tokens=int(prompt.get("cached_tokens") or 0))
+    timings = event.get("timings")  # llama.cpp, on its last chunk
+    if isinstance(timings, dict) and "predicted_n" in timings:
+        cached = int(timings.get("cache_n") or 0)
+        return Usage(prompt_tokens=int(timings.get("prompt_n") or 0) + cached,
+                     completion_tokens=int(timings.get("predicted_n") or 0), cached_tokens=cached)
+    return None
+
+
+def _finish(choice: dict[str, Any]) -> Finish | None:
+    reason = choice.get("finish_reason")
+    if not reason:
+        return None
+    if reason == "length":
+        return Finish("length")
+    if reason in ("tool_calls", "function_call"):
+        return Finish("tool_calls")
+    stop_reason = choice.get("stop_reason")  # vLLM: the stop string that matched
+    if reason == "stop" and isinstance(stop_reason, str):
+        return Finish("stop_string", stop_reason)
+    return Finish("eos")  # stop, and anything else a provider ends with (content_filter)
+
+
+class ChatStream:
+    """Maps the SSE chunks of one stream to :class:`Chunk` objects.
+
+    Some servers send whole tool calls without ``index``: such a fragment that names
+    a function (or has an id) starts a new call, one without continues the last.
+    """
+
+    def __init__(self) -> None:
+        self._next_index = 0
+        self._last_index = 0
+
+    def _call(self, tc: dict[str, Any]) -> ToolCallChunk:
+        function = tc.get("function") or {}
+        index = tc.get("index")
+        if not isinstance(index, int):
+            index = self._next_index if (function.get("name") or tc.get("id")) else self._last_index
+        self._next_index = max(self._next_index, index + 1)
+        self._last_index = index
+        return ToolCallChunk(index, tc.get("id") or None, function.get("name") or None,
+                             str(function.get("arguments") or ""))
+
+    def chunk(self, event: dict[str, Any]) -> Chunk:
+        if "error" in event:
+            raise stream_error(event["error"], "The OpenAI-compatible backend")
+        usage = _usage(event)
+        choices = event.get("choices") or []
+        if not choices:
+            return Chunk(usage=usage)
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        lp = choice.get("logprobs")
+        content = lp.get("content") if isinstance(lp, dict) else None
+        return Chunk(text=str(delta.get("content") or ""), reasoning=str(reasoning),
+                     tool_calls=tuple(self._call(tc) for tc in delta.get("tool_calls") or ()),
+                     logprobs=_logprobs(content) if content else None,
+                     finish=_finish(choice), usage=usage)
+
+
+async def post_sse(client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                   headers: dict[str, str], backend: str) -> AsyncIterator[dict[str, Any]]:
+    """Like :func:`adapters.base.post_sse`, with extra headers (auth) and error bodies of
+    any shape.  Leaving the iteration early closes the upstream response."""
+    decoder = SSEDecoder()
+    try:
+        async with client.stream("POST", url, content=orjson.dumps(body), headers={
+                "content-type": "application/json", "accept": "text/event-stream", **headers,
+        }) as response:
+            if response.status_code != 200:
+                raise body_error(response.status_code, await response.aread(), response.headers,
+                                 backend)
+            async for raw in response.aiter_raw():
+                for data in decoder.decode(raw):
+                    if data != "[DONE]":
+                        yield _event(data, backend)
+            for data in decoder.flush():
+                if data != "[DONE]":
+                    yield _event(data, backend)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, url) from exc
+
+
+def _event(data: str, backend: str) -> dict[str, Any]:
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"The {backend} backend sent a malformed stream event: "
+                            f"{data[:200]!r}") from exc
+    if not isinstance(event, dict):
+        raise UpstreamError(f"The {backend} backend sent a stream event that is not an object.")
+    return event
+
+
+class OpenAIChatBackend:
+    kind = "openai"
+    capabilities = Capabilities(prompt=False, chat=True, token_ids=False, logprobs=True,
+                                max_top_logprobs=20, n=False, seed=True, json_schema=True,
+                                images=True)
+
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], model: str,
+                 policy: RetryPolicy | None = None, *, api_key: str | None = None) -> None:
+        if not base_urls:
+            raise ValueError("OpenAI-compatible backend needs at least one base URL")
+        self._client = client
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+        self._model = model
+        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def ready(self) -> bool:
+        """True when one replica lists its models (``GET /models``; hosted APIs have no
+        ``/health``) within 2 s."""
+        for base in self.base_urls:
+            try:
+                r = await self._client.get(f"{api_root(base)}/models", headers=self._headers,
+                                           timeout=2.0)
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                return True
+        return False
+
+    def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
+        return request_body(self._model, conversation(prompt, self.kind), prompt, params)
+
+    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        body = self.request_body(prompt, params)
+        mapper = ChatStream()
+
+        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
+            return post_sse(self._client, f"{api_root(base)}/chat/completions", body,
+                            self._headers, "OpenAI-compatible")
+
+        # aclosing: a client disconnect closes the upstream response now, not at GC time.
+        async with aclosing(failover(self.pool, open_stream)) as events:
+            async for event in events:
+                yield mapper.chunk(event)
+

@@ -1,0 +1,241 @@
+"""Chat-mode backends (Ollama ``/api/chat``, OpenAI-compatible) through the real app.
+
+The same assistant turn (a text answer; reasoning then an answer; reasoning then a
+tool call) is streamed by a fake of each server in its own wire dialect
+(``tests/support/chat_fakes.py``).  Both must give exactly the Chat Completions and
+Open Responses output the turn implies, streaming and not, and the same output as
+each other.  Then: a client disconnect closes a real loopback upstream within 100 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.http.app import create_app
+from tests.support.chat_fakes import EndlessChatUpstream, FakeChat, Script
+from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.openresponses import check_stream, validate_response
+
+BACKENDS = ["ollama", "openai"]
+WEATHER_CHAT = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER_RESP = {"type": "function", "name": "get_weather", "description": "Weather for a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+# name → (script, expected chat message, expected finish_reason)
+TURNS: dict[str, tuple[Script, dict[str, Any], str]] = {
+    "text": (Script([("text", "Hello"), ("text", " there!")]),
+             {"role": "assistant", "content": "Hello there!"}, "stop"),
+    "reasoning": (Script([("reasoning", "The user greets me;"), ("reasoning", " reply politely."),
+                          ("text", "Hi there,"), ("text", " friend!")]),
+                  {"role": "assistant", "content": "Hi there, friend!",
+                   "reasoning_content": "The user greets me; reply politely."}, "stop"),
+    "tool_call": (Script([("reasoning", "Need the weather."),
+                          ("call", "call_w1", "get_weather", '{"city":"Paris"}')]),
+                  {"role": "assistant", "content": None, "reasoning_content": "Need the weather.",
+                   "tool_calls": [{"id": "call_w1", "type": "function", "function": {
+                       "name": "get_weather", "arguments": '{"city":"Paris"}'}}]}, "tool_calls"),
+}
+USAGE = {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}
+
+
+def _cfg(backend: str) -> Any:
+    return config(backend=backend, prompt_format="chat", upstream_model="qwen3")
+
+
+def _strip(body: Any) -> Any:
+    """Drop what differs between two runs (generated ids, timestamps)."""
+    if isinstance(body, dict):
+        return {k: _strip(v) for k, v in body.items()
+                if k not in ("id", "created", "created_at", "completed_at", "response_id")}
+    if isinstance(body, list):
+        return [_strip(v) for v in body]
+    return body
+
+
+def _sse(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    events: list[dict[str, Any]] = []
+    names: list[str] = []
+    for block in text.split("\n\n"):
+        lines = block.split("\n")
+        data = "\n".join(x[6:] for x in lines if x.startswith("data: "))
+        if data and data != "[DONE]":
+            names += [x[7:] for x in lines if x.startswith("event: ")]
+            events.append(json.loads(data))
+    return events, names
+
+
+async def _run(backend: str, turn: str) -> dict[str, Any]:
+    """Every view of one turn: chat (body, stream), responses (body, stream, stored)."""
+    script = TURNS[turn][0]
+    tools = turn == "tool_call"
+    chat: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "Hi!"}]}
+    resp: dict[str, Any] = {"model": MODEL, "input": "Hi!"}
+    if tools:
+        chat["tools"], resp["tools"] = [WEATHER_CHAT], [WEATHER_RESP]
+    out: dict[str, Any] = {}
+    fake = FakeChat(script, backend)
+    async with gateway(fake.transport(), _cfg(backend)) as c:
+        out["chat"] = (await c.post("/v1/chat/completions", json=chat)).json()
+        r = await c.post("/v1/chat/completions", json={
+            **chat, "stream": True, "stream_options": {"include_usage": True}})
+        out["chat_stream"] = sse_payloads(r.text)
+        out["responses"] = (await c.post("/v1/responses", json=resp)).json()
+        r = await c.post("/v1/responses", json={**resp, "stream": True})
+        events, names = _sse(r.text)
+        out["responses_stream"] = check_stream(events, names)
+        out["stored"] = (await c.get(f"/v1/responses/{out['responses_stream']['id']}")).json()
+    out["upstream"] = fake.requests
+    return out
+
+
+@pytest.mark.parametrize("turn", list(TURNS))
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_turn_through_every_api(backend: str, turn: str) -> None:
+    _, message, finish = TURNS[turn]
+    out = await _run(backend, turn)
+
+    body = out["chat"]
+    assert body["choices"][0]["message"] == message
+    assert body["choices"][0]["finish_reason"] == finish
+    assert {k: body["usage"][k] for k in USAGE} == USAGE
+
+    chunks = out["chat_stream"]
+    assert chunks[-1] == "[DONE]" and chunks[-2]["choices"] == []
+    assert {k: chunks[-2]["usage"][k] for k in USAGE} == USAGE
+    deltas = [c["choices"][0]["delta"] for c in chunks[:-2] if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == (message["content"] or "")
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == message.get("reasoning_content", "")
+    calls = [tc for d in deltas for tc in d.get("tool_calls", [])]
+    if "tool_calls" in message:
+        assert calls[0]["id"] == "call_w1" and calls[0]["function"]["name"] == "get_weather"
+        assert "".join(tc["function"]["arguments"] for tc in calls) == '{"city":"Paris"}'
+    else:
+        assert calls == []
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-2]
+            if c["choices"] and c["choices"][0]["finish_reason"]] == [finish]
+
+    resp = out["responses"]
+    validate_response(resp)
+    assert resp["status"] == "completed"
+    assert resp["usage"]["input_tokens"] == 12 and resp["usage"]["output_tokens"] == 9
+    kinds = [item["type"] for item in resp["output"]]
+    expect_kinds = (["reasoning"] if "reasoning_content" in message else []) + (
+        ["function_call"] if "tool_calls" in message else ["message"])
+    assert kinds == expect_kinds
+    for item in resp["output"]:
+        if item["type"] == "reasoning":
+            assert item["content"] == [{"type": "reasoning_text", "text": message["reasoning_content"]}]
+        elif item["type"] == "message":
+            assert [p["text"] for p in item["content"]] == [message["content"]]
+        else:
+            assert (item["call_id"], item["name"], item["arguments"]) == (
+                "call_w1", "get_weather", '{"city":"Paris"}')
+    assert _strip(out["responses_stream"]) == _strip(resp)  # streaming == non-streaming
+    assert out["stored"] == out["responses_stream"]
+
+    sent = out["upstream"][0]
+    assert sent["model"] == "qwen3" and sent["stream"] is True
+    assert sent["messages"] == [{"role": "user", "content": "Hi!"}]
+    assert ("tools" in sent) == (turn == "tool_call")
+
+
+def _fold(chunks: list[Any]) -> dict[str, Any]:
+    """A chat stream's content (chunk boundaries differ by server: Ollama sends whole
+    calls, OpenAI-compatible servers send argument fragments)."""
+    deltas = [c["choices"][0]["delta"] for c in chunks[:-2] if c["choices"]]
+    calls: dict[int, dict[str, str]] = {}
+    for d in deltas:
+        for tc in d.get("tool_calls", []):
+            call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+            call["id"] += tc.get("id", "")
+            call["name"] += tc["function"].get("name", "")
+            call["arguments"] += tc["function"]["arguments"]
+    return {"content": "".join(d.get("content") or "" for d in deltas),
+            "reasoning": "".join(d.get("reasoning_content") or "" for d in deltas),
+            "calls": calls,
+            "finish": [c["choices"][0]["finish_reason"] for c in chunks[:-2] if c["choices"]][-1],
+            "usage": chunks[-2]["usage"]}
+
+
+@pytest.mark.parametrize("turn", list(TURNS))
+async def test_both_backends_give_identical_output(turn: str) -> None:
+    ollama, openai = await _run("ollama", turn), await _run("openai", turn)
+    for view in ("chat", "responses", "responses_stream", "stored"):
+        assert _strip(ollama[view]) == _strip(openai[view]), view
+    assert _fold(ollama["chat_stream"]) == _fold(openai["chat_stream"])
+
+
+async def test_url_image_is_refused_by_ollama_with_the_param() -> None:
+    fake = FakeChat(TURNS["text"][0], "ollama")
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    async with gateway(fake.transport(), _cfg("ollama")) as c:
+        r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "image_url"
+    assert fake.requests == []  # refused before anything went upstream
+
+
+async def test_n_above_one_is_refused() -> None:
+    for backend in BACKENDS:
+        fake = FakeChat(TURNS["text"][0], backend)
+        async with gateway(fake.transport(), _cfg(backend)) as c:
+            r = await c.post("/v1/chat/completions", json={
+                "model": MODEL, "n": 2, "messages": [{"role": "user", "content": "Hi!"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> None:
+    upstream = EndlessChatUpstream(interval=0.01, dialect=backend)
+    with upstream.running() as url:
+        data = _cfg(backend).model_dump()
+        data["models"][MODEL]["base_urls"] = [url]
+        app = create_app(type(_cfg(backend)).model_validate(data), transport=httpx.AsyncHTTPTransport())
+        path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+        payload = ({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+                   if api == "chat" else {"model": MODEL, "stream": True, "input": "hi"})
+        body = json.dumps(payload).encode()
+        disconnect = asyncio.Event()
+        delivered = False
+        chunks = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnect.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal chunks
+            if message["type"] == "http.response.body" and message.get("body"):
+                chunks += 1
+                if chunks >= 5:
+                    disconnect.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
+                 "headers": [(b"content-type", b"application/json")]}
+        async with app.router.lifespan_context(app):
+            task = asyncio.ensure_future(app(scope, receive, send))
+            await asyncio.wait_for(disconnect.wait(), timeout=5)
+            t_disconnect = time.monotonic()
+            await asyncio.wait_for(task, timeout=5)
+            for _ in range(100):
+                if upstream.closed_at:
+                    break
+                await asyncio.sleep(0.005)
+    assert upstream.requests == 1 and chunks >= 5
+    assert upstream.closed_at, "the upstream connection was never closed"
+    assert upstream.closed_at[0] - t_disconnect < 0.1
