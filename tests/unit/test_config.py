@@ -54,3 +54,19 @@ def test_bad_config_is_rejected(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with pytest.raises(ValidationError):
         load_config(path, env={})
+
+
+def test_commented_example_models_are_valid(tmp_path: Path) -> None:
+    """The commented-out models in config.example.toml stay valid when uncommented."""
+    import re
+
+    text = (ROOT / "config.example.toml").read_text()
+    head, models = text.split("# A model with its own Jinja chat template", 1)
+    lines = head.splitlines() + [re.sub(r"^# (?=\[|[a-z_]+ = )", "", line) for line in models.splitlines()]
+    # keep one template source: the example lists `path` as the alternative to from_backend
+    lines = [line for line in lines if not line.startswith('path = "qwen3.jinja"')]
+    (tmp_path / "all.toml").write_text("\n".join(lines))
+    cfg = load_config(tmp_path / "all.toml", env={})
+    assert {name: m.prompt_format for name, m in cfg.models.items()} == {
+        "gpt-oss-20b": "harmony", "qwen3-8b": "template", "ocml-model": "openchatml",
+        "qwen3": "chat", "gpt-4.1-mini": "chat"}
