@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -99,11 +99,16 @@ def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayErr
     return UpstreamError(f"The backend failed with HTTP {status}: {message}")
 
 
+ErrorMapper = Callable[[int, bytes, httpx.Headers], GatewayError]
+
+
 async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[str, Any],
-                   backend: str) -> AsyncIterator[dict[str, Any]]:
+                   backend: str, *, headers: Mapping[str, str] | None = None,
+                   errors: ErrorMapper = status_error) -> AsyncIterator[dict[str, Any]]:
     """POST ``body`` as JSON and yield each SSE ``data`` payload as a JSON object.
 
-    Non-200 answers and transport failures raise typed gateway errors; ``[DONE]`` is
+    Non-200 answers (mapped by ``errors``) and transport failures raise typed gateway
+    errors; ``headers`` are added to the request (e.g. auth); ``[DONE]`` is
     skipped.  Leaving the iteration early closes the upstream response (and with it the
     connection), which is how a client disconnect cancels the generation.
     """
@@ -111,10 +116,11 @@ async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[s
     try:
         async with client.stream(
             "POST", f"{base}{path}", content=orjson.dumps(body),
-            headers={"content-type": "application/json", "accept": "text/event-stream"},
+            headers={"content-type": "application/json", "accept": "text/event-stream",
+                     **(headers or {})},
         ) as response:
             if response.status_code != 200:
-                raise status_error(response.status_code, await response.aread(), response.headers)
+                raise errors(response.status_code, await response.aread(), response.headers)
             async for raw in response.aiter_raw():
                 for data in decoder.decode(raw):
                     if data != "[DONE]":

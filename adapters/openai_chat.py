@@ -22,9 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import orjson
 
-from adapters.base import Capabilities, transport_error
+from adapters.base import Capabilities, post_sse
 from adapters.chat_messages import (
     body_error,
     conversation,
@@ -33,8 +32,7 @@ from adapters.chat_messages import (
     stream_error,
 )
 from adapters.routing import ReplicaPool, RetryPolicy, failover
-from adapters.sse import SSEDecoder
-from app.errors import UpstreamError
+from app.errors import GatewayError
 from app.model import (
     Chunk,
     Conversation,
@@ -224,38 +222,8 @@ class ChatStream:
                      finish=_finish(choice), usage=usage)
 
 
-async def post_sse(client: httpx.AsyncClient, url: str, body: dict[str, Any],
-                   headers: dict[str, str], backend: str) -> AsyncIterator[dict[str, Any]]:
-    """Like :func:`adapters.base.post_sse`, with extra headers (auth) and error bodies of
-    any shape.  Leaving the iteration early closes the upstream response."""
-    decoder = SSEDecoder()
-    try:
-        async with client.stream("POST", url, content=orjson.dumps(body), headers={
-                "content-type": "application/json", "accept": "text/event-stream", **headers,
-        }) as response:
-            if response.status_code != 200:
-                raise body_error(response.status_code, await response.aread(), response.headers,
-                                 backend)
-            async for raw in response.aiter_raw():
-                for data in decoder.decode(raw):
-                    if data != "[DONE]":
-                        yield _event(data, backend)
-            for data in decoder.flush():
-                if data != "[DONE]":
-                    yield _event(data, backend)
-    except httpx.HTTPError as exc:
-        raise transport_error(exc, url) from exc
-
-
-def _event(data: str, backend: str) -> dict[str, Any]:
-    try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamError(f"The {backend} backend sent a malformed stream event: "
-                            f"{data[:200]!r}") from exc
-    if not isinstance(event, dict):
-        raise UpstreamError(f"The {backend} backend sent a stream event that is not an object.")
-    return event
+def _errors(status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+    return body_error(status, body, headers, "OpenAI-compatible")
 
 
 class OpenAIChatBackend:
@@ -295,8 +263,9 @@ class OpenAIChatBackend:
         mapper = ChatStream()
 
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, f"{api_root(base)}/chat/completions", body,
-                            self._headers, "OpenAI-compatible")
+            return post_sse(self._client, api_root(base), "/chat/completions", body,
+                            "The OpenAI-compatible backend", headers=self._headers,
+                            errors=_errors)
 
         # aclosing: a client disconnect closes the upstream response now, not at GC time.
         async with aclosing(failover(self.pool, open_stream)) as events:
