@@ -1,0 +1,65 @@
+"""Per-token cost of the text-level parsers on the streaming hot path (no network).
+
+The same long answer (2000-word reasoning + 2000-word answer) streamed one token's text
+at a time through: the OpenChatML decoder (Harmony markers as text), and the chat-template
+decoder for Qwen3-Coder-style ``<think>`` output (DeepSeek-V3.1's template), each wrapped
+in :class:`app.parse.text.TextEventParser`, then encoded as Chat Completions SSE bytes.
+Run: ``python -m benchmarks.bench_text_parsers`` (results: benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from app.encode.chat import ChatChunkEncoder
+from app.encode.sse import data_event
+from app.model import Chunk, Finish
+from app.parse.base import TextDecoder
+from app.parse.openchatml import OpenChatMLDecoder
+from app.parse.template import template_decoder
+from app.parse.text import TextEventParser
+from app.vocab import harmony_encoding
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "templates"
+
+
+def pieces(text: str) -> list[str]:
+    enc = harmony_encoding()
+    return [enc.decode([t]) for t in enc.encode(text, allowed_special="all")]
+
+
+def run(name: str, make: Callable[[], TextDecoder], text: str) -> None:
+    chunks = [Chunk(p, (1,)) for p in pieces(text)]
+    best = float("inf")
+    for _ in range(5):
+        parser = TextEventParser(make(), 100)
+        encoder = ChatChunkEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
+        out = 0
+        t0 = time.perf_counter()
+        for chunk in [*chunks, Chunk(finish=Finish("eos"))]:
+            for event in parser.feed(chunk):
+                for payload in encoder.encode(event):
+                    out += len(data_event(payload))
+        for event in parser.close():
+            for payload in encoder.encode(event):
+                out += len(data_event(payload))
+        best = min(best, time.perf_counter() - t0)
+    print(f"{name}: tokens={len(chunks)} best_total_ms={best * 1e3:.1f} "
+          f"us_per_token={best / len(chunks) * 1e6:.2f} sse_bytes={out}")
+
+
+def main() -> None:
+    words = " ".join(f"word{i % 50}" for i in range(2000))
+    harmony = (f"<|channel|>analysis<|message|>{words}<|end|><|start|>assistant<|channel|>final"
+               f"<|message|>{words}<|return|>")
+    run("openchatml", OpenChatMLDecoder, harmony)
+    source = (TEMPLATES / "deepseek-ai-DeepSeek-V3.1.jinja").read_text()
+    think = f"<think>{words}</think>{words}"
+    run("template(deepseek-v3.1)", lambda: template_decoder(source, (("<｜Assistant｜><think>", True),)),
+        think)
+
+
+if __name__ == "__main__":
+    main()
