@@ -12,16 +12,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support.loopback_upstream import LoopbackUpstream
 from tests.support.wire import WIRE, RecordedBody, recorded_response
 
 OLLAMA = Path(__file__).resolve().parent.parent / "fixtures" / "ollama"
@@ -33,7 +31,7 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
-class _Fake:
+class _Fake(ABC):
     """Records what the adapter sent: parsed bodies, paths, headers; counts closes."""
 
     def __init__(self) -> None:
@@ -50,8 +48,8 @@ class _Fake:
         self.headers.append(request.headers)
         self.requests.append(json.loads(request.content))
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        raise NotImplementedError
+    @abstractmethod
+    def __call__(self, request: httpx.Request) -> httpx.Response: ...
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self)
@@ -159,36 +157,3 @@ class FakeChat(_Fake):
         ctype = "application/x-ndjson" if self.dialect == "ollama" else "text/event-stream"
         return httpx.Response(200, headers={"content-type": ctype},
                               stream=RecordedBody(list(self.body), self._closed))
-
-
-class EndlessChatUpstream(LoopbackUpstream):
-    """A loopback server streaming ``x`` every ``interval`` forever, as Ollama NDJSON
-    (``dialect="ollama"``) or Chat Completions SSE (``dialect="openai"``)."""
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for header in head.split(b"\r\n"):
-                if header.lower().startswith(b"content-length:"):
-                    length = int(header.split(b":")[1])
-            await reader.readexactly(length)
-            self.requests += 1
-            ctype = b"application/x-ndjson" if self.dialect == "ollama" else b"text/event-stream"
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype +
-                         b"\r\ntransfer-encoding: chunked\r\n\r\n")
-            while True:
-                if self.dialect == "ollama":
-                    data = json.dumps({"model": "m", "message": {"role": "assistant", "content": "x"},
-                                       "done": False}).encode() + b"\n"
-                else:
-                    data = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x"},
-                                                                "finish_reason": None}]}).encode() + b"\n\n"
-                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                await writer.drain()
-                await asyncio.sleep(self.interval)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            self.closed_at.append(time.monotonic())
-            writer.close()

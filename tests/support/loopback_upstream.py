@@ -17,7 +17,8 @@ HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
 
 
 class LoopbackUpstream:
-    """``mode``: ``endless`` (a token every ``interval`` forever), ``final`` (the recorded
+    """``dialect``: ``llamacpp``, ``vllm``, ``openai`` (Chat Completions SSE) or ``ollama``
+    (NDJSON).  ``mode``: ``endless`` (a token every ``interval`` forever), ``final`` (the recorded
     llama.cpp answer ``events``), ``error500``, ``stall`` (accepts, never answers),
     ``truncate`` (headers and ``truncate_after`` events, then the connection drops)."""
 
@@ -55,8 +56,9 @@ class LoopbackUpstream:
                              + f"content-length: {len(body)}\r\n\r\n".encode() + body)
                 await writer.drain()
                 return
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n")
+            ctype = b"application/x-ndjson" if self.dialect == "ollama" else b"text/event-stream"
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype +
+                         b"\r\ntransfer-encoding: chunked\r\n\r\n")
             if self.mode in ("final", "truncate"):
                 events = self.events if self.mode == "final" else self.events[:self.truncate_after]
                 for data in events:
@@ -70,12 +72,7 @@ class LoopbackUpstream:
                 return
             n = 0
             while True:
-                tok = HEADER[n] if n < len(HEADER) else 13225  # 'Hello'
-                event: dict[str, object] = {"content": "x", "tokens": [tok], "stop": False}
-                if self.dialect == "vllm":
-                    event = {"choices": [{"index": 0, "text": "x", "token_ids": [tok],
-                                          "finish_reason": None}]}
-                data = b"data: " + json.dumps(event).encode() + b"\n\n"
+                data = self._endless_event(n)
                 writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 await writer.drain()
                 n += 1
@@ -85,6 +82,19 @@ class LoopbackUpstream:
         finally:
             self.closed_at.append(time.monotonic())
             writer.close()
+
+    def _endless_event(self, n: int) -> bytes:
+        """Event ``n`` of an endless answer in the backend's own stream framing."""
+        tok = HEADER[n] if n < len(HEADER) else 13225  # 'Hello'
+        event: dict[str, object] = {"content": "x", "tokens": [tok], "stop": False}
+        if self.dialect == "vllm":
+            event = {"choices": [{"index": 0, "text": "x", "token_ids": [tok], "finish_reason": None}]}
+        elif self.dialect == "openai":
+            event = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+        elif self.dialect == "ollama":  # NDJSON, not SSE
+            return json.dumps({"model": "m", "message": {"role": "assistant", "content": "x"},
+                               "done": False}).encode() + b"\n"
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
 
     @contextmanager
     def running(self) -> Iterator[str]:

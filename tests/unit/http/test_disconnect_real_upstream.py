@@ -19,7 +19,7 @@ from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 
 
-@pytest.mark.parametrize("backend", ["llamacpp", "vllm"])
+@pytest.mark.parametrize("backend", ["llamacpp", "vllm", "ollama", "openai"])
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> None:
     upstream = LoopbackUpstream(interval=0.01, dialect=backend)
@@ -56,12 +56,13 @@ async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> Non
                  "headers": [(b"content-type", b"application/json")]}
         async with app.router.lifespan_context(app):
             task = asyncio.ensure_future(app(scope, receive, send))
-            await disconnect.wait()
+            await asyncio.wait_for(disconnect.wait(), timeout=5)
             t_disconnect = time.monotonic()
             await asyncio.wait_for(task, timeout=5)
             for _ in range(100):
                 if upstream.closed_at:
                     break
                 await asyncio.sleep(0.005)
+    assert upstream.requests == 1 and chunks >= 5
     assert upstream.closed_at, "the upstream connection was never closed"
     assert upstream.closed_at[0] - t_disconnect < 0.1
