@@ -142,11 +142,12 @@ def _json_event(data: str, backend: str) -> dict[str, Any]:
     return event
 
 
-async def any_healthy(client: httpx.AsyncClient, base_urls: list[str], path: str = "/health") -> bool:
+async def any_healthy(client: httpx.AsyncClient, base_urls: list[str], path: str = "/health",
+                      headers: Mapping[str, str] | None = None) -> bool:
     """True when at least one replica answers ``GET {base}{path}`` with 200 within 2 s."""
     for url in base_urls:
         try:
-            if (await client.get(f"{url}{path}", timeout=2.0)).status_code == 200:
+            if (await client.get(f"{url}{path}", headers=headers, timeout=2.0)).status_code == 200:
                 return True
         except httpx.HTTPError:
             continue

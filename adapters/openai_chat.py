@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from adapters.base import Capabilities, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse
 from adapters.chat_messages import (
     body_error,
     conversation,
@@ -243,17 +243,9 @@ class OpenAIChatBackend:
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def ready(self) -> bool:
-        """True when one replica lists its models (``GET /models``; hosted APIs have no
-        ``/health``) within 2 s."""
-        for base in self.base_urls:
-            try:
-                r = await self._client.get(f"{api_root(base)}/models", headers=self._headers,
-                                           timeout=2.0)
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                return True
-        return False
+        """A replica lists its models (``GET /models``: hosted APIs have no ``/health``)."""
+        return await any_healthy(self._client, [api_root(b) for b in self.base_urls], "/models",
+                                 self._headers)
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         return request_body(self._model, conversation(prompt, self.kind), prompt, params)
