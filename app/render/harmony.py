@@ -81,7 +81,8 @@ def _system(opts: HarmonyOptions, effort: m.ReasoningEffort) -> Message:
     return Message.from_role_and_content(Role.SYSTEM, content)
 
 
-def _developer(instructions: str, tools: tuple[m.FunctionTool, ...]) -> Message | None:
+def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> Message | None:
+    """The Harmony developer message (``# Instructions``, ``# Tools``), or None if empty."""
     if not instructions and not tools:
         return None
     content = DeveloperContent.new()
@@ -152,12 +153,16 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
     return "\n\n".join(instructions), out
 
 
-def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat) -> list[int]:
-    text = f"\n\n# Response Formats\n\n## {rf.name}\n\n"
+def response_format_section(rf: m.ResponseFormat) -> str:
+    """The developer message's ``# Response Formats`` section (seed 002)."""
+    text = f"# Response Formats\n\n## {rf.name}\n\n"
     if rf.description:
         text += f"// {' '.join(rf.description.splitlines())}\n"
-    text += json.dumps(rf.schema, separators=(",", ":"), ensure_ascii=False)
-    return list(enc.encode(text, allowed_special=set()))
+    return text + json.dumps(rf.schema, separators=(",", ":"), ensure_ascii=False)
+
+
+def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat) -> list[int]:
+    return list(enc.encode("\n\n" + response_format_section(rf), allowed_special=set()))
 
 
 def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
@@ -194,7 +199,7 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     instructions, history = _history(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
     messages = [_system(opts, effort)]
-    dev = _developer(instructions, tools)
+    dev = developer_message(instructions, tools)
     needs_dev_for_format = dev is None and conv.response_format is not None
     if needs_dev_for_format:
         dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())

@@ -31,10 +31,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from openai_harmony import DeveloperContent, Message, Role, ToolDescription
-
 from app import model as m
 from app.errors import InvalidRequest
+from app.render.harmony import developer_message, response_format_section
 from app.vocab import harmony_encoding
 
 STOP_STRINGS = ("<|return|>", "<|call|>")
@@ -128,24 +127,13 @@ def _system_text(opts: OpenChatMLOptions, effort: m.ReasoningEffort, tools: bool
 def _developer_text(instructions: str, conv: m.Conversation,
                     tools: tuple[m.FunctionTool, ...]) -> str:
     text = ""
-    if instructions or tools:
-        content = DeveloperContent.new()
-        if instructions:
-            content = content.with_instructions(instructions)
-        if tools:
-            content = content.with_function_tools([
-                ToolDescription.new(t.name, t.description or "", parameters=t.parameters or None)
-                for t in tools])
+    dev = developer_message(instructions, tools)
+    if dev is not None:
         enc = harmony_encoding()
-        rendered = enc.decode_utf8(enc.render(Message.from_role_and_content(Role.DEVELOPER,
-                                                                            content)))
+        rendered = enc.decode_utf8(enc.render(dev))
         text = rendered.removeprefix("<|start|>developer<|message|>").removesuffix("<|end|>")
-    rf = conv.response_format
-    if rf is not None:
-        section = f"# Response Formats\n\n## {rf.name}\n\n"
-        if rf.description:
-            section += f"// {' '.join(rf.description.splitlines())}\n"
-        section += json.dumps(rf.schema, separators=(",", ":"), ensure_ascii=False)
+    if conv.response_format is not None:
+        section = response_format_section(conv.response_format)
         text = f"{text}\n\n{section}" if text else section
     return text
 
