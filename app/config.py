@@ -45,8 +45,9 @@ class TemplateSettings(_Strict):
     path: str | None = None  # a .jinja file (HF ``chat_template``)
     builtin: str | None = None  # or a template shipped with the gateway (app/templates/NAME.jinja)
     from_backend: bool = False  # or the one llama.cpp reports in GET /props (with its bos / eos)
-    bos_token: str = ""
-    eos_token: str = ""
+    # unset: a built-in template's own tokens (gemma3: <bos> / <eos>), else empty
+    bos_token: str | None = None
+    eos_token: str | None = None
 
 
 class OpenChatMLSettings(_Strict):
@@ -150,15 +151,29 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
+def _norm(key: str) -> str:
+    return key.lower().replace("-", "_").replace(".", "_")
+
+
+def _existing_key(node: dict[str, Any], key: str) -> str:
+    """``key`` as spelled in ``node``: an environment variable name cannot hold ``-`` or ``.``,
+    so ``OCMGW__models__gpt_oss_20b__...`` reaches the model ``gpt-oss-20b`` of the file."""
+    if key in node:
+        return key
+    matches = [k for k in node if _norm(k) == _norm(key)]
+    return matches[0] if len(matches) == 1 else key
+
+
 def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node = tree
     for key in path[:-1]:
+        key = _existing_key(node, key)
         child = node.get(key)
         if not isinstance(child, dict):
             child = {}
             node[key] = child
         node = child
-    node[path[-1]] = value
+    node[_existing_key(node, path[-1])] = value
 
 
 def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -176,7 +191,8 @@ def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
                  for i, k in enumerate(plain_keys)]
     name = env.get("OCMGW_MODEL")
     if name:
-        model = data.setdefault("models", {}).setdefault(name, {})
+        models = data.setdefault("models", {})
+        model = models.setdefault(_existing_key(models, name), {})
         if env.get("OCMGW_BACKEND_URL"):
             model["base_urls"] = [u.strip() for u in env["OCMGW_BACKEND_URL"].split(",") if u.strip()]
         if env.get("OCMGW_BACKEND"):

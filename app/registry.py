@@ -47,6 +47,10 @@ def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
     raise ValueError(f"unknown backend kind {cfg.backend!r}")
 
 
+# The special tokens each built-in template is rendered with, unless the config sets them.
+BUILTIN_TOKENS: dict[str, tuple[str, str]] = {"gemma3": ("<bos>", "<eos>")}
+
+
 def builtin_template(name: str) -> str:
     """A chat template shipped in ``app/templates`` (``gemma3``, ...)."""
     resource = files("app").joinpath("templates", f"{name}.jinja")
@@ -93,13 +97,16 @@ def make_format(name: str, cfg: ModelConfig, client: httpx.AsyncClient | None = 
             if cfg.backend != "llamacpp" or client is None:
                 raise ValueError("template.from_backend needs a llamacpp backend")
             return BackendTemplateFormat(props_fetcher(client, cfg.base_urls[0]))
+        bos, eos = "", ""
         if t.path is not None:
             source = Path(t.path).expanduser().read_text(encoding="utf-8")
         elif t.builtin is not None:
             source = builtin_template(t.builtin)
+            bos, eos = BUILTIN_TOKENS.get(t.builtin, ("", ""))
         else:
             raise ValueError("prompt_format 'template' needs template.path or template.builtin")
-        return TemplateFormat(source, bos_token=t.bos_token, eos_token=t.eos_token)
+        return TemplateFormat(source, bos_token=bos if t.bos_token is None else t.bos_token,
+                              eos_token=eos if t.eos_token is None else t.eos_token)
     if cfg.prompt_format == "chat":
         return ChatFormat()
     raise ValueError(f"unknown prompt format {cfg.prompt_format!r}")

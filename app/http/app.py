@@ -56,16 +56,15 @@ def create_app(config: GatewayConfig | None = None,
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
-    errors.install(app)
+    routers = [routes_chat.router, routes_meta.router, routes_responses.router, routes_sagemaker.router]
+    errors.install(app, routers)
     app.add_middleware(LimitsMiddleware, settings=cfg.limits)  # inside auth: knows the key
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
     app.state.metrics = Metrics()
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: sees 401s too
-    app.include_router(routes_chat.router)
-    app.include_router(routes_meta.router)
-    app.include_router(routes_responses.router)
-    app.include_router(routes_sagemaker.router)
+    for router in routers:
+        app.include_router(router)
     return app
 
 

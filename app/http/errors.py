@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
@@ -55,11 +55,23 @@ async def _validation_error(_: Request, exc: Exception) -> Response:
                         status_code=400)
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+def _static_route_matches(request: Request) -> bool:
+    """Whether a route without path parameters has exactly this path (a real 405): with
+    ``GET /v1/responses/{id}``, ``POST /v1/responses/compact`` is an unknown URL, not a
+    method the resource lacks."""
+    static: frozenset[str] = getattr(request.app.state, "static_paths", frozenset())
+    return request.url.path in static
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    status, headers = exc.status_code, exc.headers
+    if status in (404, 405) and (status == 404 or not _static_route_matches(request)):
+        return JSONResponse(error_payload(f"Invalid URL ({request.method} {request.url.path})",
+                                          "invalid_request_error", "not_found"), status_code=404)
+    code = {405: "method_not_allowed"}.get(status, "http_error")
     return JSONResponse(error_payload(str(exc.detail), "invalid_request_error", code),
-                        status_code=exc.status_code, headers=exc.headers)
+                        status_code=status, headers=headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> Response:
@@ -68,7 +80,10 @@ async def _unexpected(_: Request, exc: Exception) -> Response:
                                       "internal_error"), status_code=500)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, routers: Sequence[APIRouter]) -> None:
+    app.state.static_paths = frozenset(
+        path for router in routers for route in router.routes
+        if "{" not in (path := getattr(route, "path", "{")))
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -31,6 +31,22 @@ def test_generic_env_overrides_win_over_file() -> None:
     assert cfg.models["gpt-oss-20b"].base_urls == ["http://a:1", "http://b:2"]
 
 
+def test_env_names_without_hyphens_reach_hyphenated_models() -> None:
+    """A shell cannot ``export OCMGW__models__gpt-oss-20b__...``: ``_`` stands for ``-`` / ``.``."""
+    cfg = load_config(ROOT / "config.example.toml", env={
+        "OCMGW__models__gpt_oss_20b__context_window": "16384",
+        "OCMGW__models__GPT_OSS_20B__defaults__max_tokens": "99",
+        "OCMGW__models__new_model__base_urls": '["http://n:1"]',
+    })
+    assert set(cfg.models) == {"gpt-oss-20b", "new_model"}
+    assert cfg.models["gpt-oss-20b"].context_window == 16384
+    assert cfg.models["gpt-oss-20b"].defaults.max_tokens == 99
+    # OCMGW_MODEL names the file's model in any spelling, rather than adding a second one.
+    cfg = load_config(ROOT / "config.example.toml", env={"OCMGW_MODEL": "gpt_oss_20b",
+                                                         "OCMGW_BACKEND_URL": "http://z:1"})
+    assert list(cfg.models) == ["gpt-oss-20b"] and cfg.models["gpt-oss-20b"].base_urls == ["http://z:1"]
+
+
 def test_single_model_from_env_without_file() -> None:
     cfg = load_config(None, env={"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": "http://x:8080, http://y:8080",
                                  "OCMGW_CONTEXT_WINDOW": "4096"})

