@@ -118,7 +118,8 @@ class LimitSettings(_Strict):
 
 
 class ApiKey(_Strict):
-    """An API key, stored only as the SHA-256 hex digest of the key."""
+    """An API key, stored only as the SHA-256 hex digest of the key. Its ``name`` is its tenant:
+    stored responses belong to it (keys that share a name share them, e.g. across a rotation)."""
 
     name: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -187,8 +188,10 @@ def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     plain_keys = [k.strip() for k in env.get("OCMGW_API_KEYS", "").split(",") if k.strip()]
     if plain_keys:
         keys = data.setdefault("auth", {}).setdefault("keys", [])
-        keys += [{"name": f"env-{i}", "sha256": hashlib.sha256(k.encode()).hexdigest()}
-                 for i, k in enumerate(plain_keys)]
+        digests = [hashlib.sha256(k.encode()).hexdigest() for k in plain_keys]
+        # The name is the key's tenant (what its stored responses belong to): derived from the
+        # key, so it survives reordering the list.
+        keys += [{"name": f"env-{d[:16]}", "sha256": d} for d in digests]
     name = env.get("OCMGW_MODEL")
     if name:
         models = data.setdefault("models", {})

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from app import events as ev
+from app.access import ANONYMOUS, Principal
 from app.encode.responses import ResponsesEncoder
 from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, NotFound
 from app.ids import random_id
@@ -26,14 +27,15 @@ from app.ingest.responses import build_conversation, generation_params, new_inpu
 from app.model import Conversation, GenerationParams, ImagePart
 from app.pipeline import EventStream, ModelRoute, estimate_tokens, render, start
 from app.registry import Registry
-from app.store import ResponseStore
+from app.store import ResponseStore, StoredResponse
 from schemas.responses import CreateResponseBody, TextFormatJSONSchema
 
 Json = dict[str, Any]
 
 
-def _not_found(response_id: str) -> NotFound:
-    return NotFound(f"No response with id {response_id!r} was found.", param="response_id")
+def _not_found(response_id: str, param: str = "response_id") -> NotFound:
+    code = "previous_response_not_found" if param == "previous_response_id" else "not_found"
+    return NotFound(f"No response with id {response_id!r} was found.", param=param, code=code)
 
 
 def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams) -> tuple[Conversation, int]:
@@ -101,8 +103,9 @@ class Run:
     """One generation in flight; see the module docstring."""
 
     def __init__(self, service: ResponsesService, encoder: ResponsesEncoder, context: list[Json],
-                 store: bool) -> None:
+                 store: bool, owner: Principal) -> None:
         self.encoder = encoder
+        self.owner = owner
         self.queue: asyncio.Queue[Json | None] = asyncio.Queue()
         self._service = service
         self._context = context
@@ -146,7 +149,8 @@ class Run:
             self._service.inflight.pop(self.id, None)
             if self._store:
                 with contextlib.suppress(Exception):
-                    await self._service.store.put(self.encoder.resource(), self._context)
+                    await self._service.store.put(self.encoder.resource(), self._context,
+                                                  self.owner.tenant)
             self.queue.put_nowait(None)
 
     def _emit(self, events: list[Json]) -> None:
@@ -173,22 +177,34 @@ class ResponsesService:
         self.store = store
         self.inflight: dict[str, Run] = {}
 
-    async def _context(self, body: CreateResponseBody) -> list[Json]:
+    async def _stored(self, response_id: str, who: Principal, param: str = "response_id") -> StoredResponse:
+        """A stored response of ``who``'s tenant, on a model ``who`` may use; else 404."""
+        stored = await self.store.get(response_id, who.tenant)
+        if stored is None or not who.may_use(str(stored.resource.get("model"))):
+            raise _not_found(response_id, param)
+        return stored
+
+    def _inflight(self, response_id: str, who: Principal) -> Run | None:
+        run = self.inflight.get(response_id)
+        if run is None or run.owner.tenant != who.tenant or not who.may_use(
+                str(run.encoder.resource()["model"])):
+            return None
+        return run
+
+    async def _context(self, body: CreateResponseBody, who: Principal) -> list[Json]:
         context: list[Json] = []
         if body.previous_response_id:
-            prev = await self.store.get(body.previous_response_id)
-            if prev is None:
-                raise _not_found(body.previous_response_id)
+            prev = await self._stored(body.previous_response_id, who, "previous_response_id")
             context = prev.input_items + prev.resource["output"]
         return context + new_input_items(body)
 
-    async def create(self, body: CreateResponseBody) -> Run:
+    async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS) -> Run:
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         if body.background and body.stream:
             raise InvalidRequest("stream together with background is not supported.", param="background")
         route = self.registry.route(body.model)
-        context = await self._context(body)
+        context = await self._context(body, who)
         conv = build_conversation(body, context)
         params = self.registry.with_defaults(body.model, generation_params(body))
         if not route.backend.capabilities.images:
@@ -204,36 +220,29 @@ class ResponsesService:
         resource = _resource(body, random_id("resp_"), replace(params, reasoning_effort=effort), status)
         if dropped:
             resource["ocm:truncation"] = {"dropped_messages": dropped}
-        run = Run(self, ResponsesEncoder(resource), context, body.store)
+        run = Run(self, ResponsesEncoder(resource), context, body.store, who)
         stream = None if body.background else await start(route, conv, params)
         run.begin(stream, route, conv, params)
         return run
 
-    async def get(self, response_id: str) -> Json:
-        run = self.inflight.get(response_id)
+    async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
+        run = self._inflight(response_id, who)
         if run is not None:
             return run.encoder.snapshot()
-        stored = await self.store.get(response_id)
-        if stored is None:
-            raise _not_found(response_id)
-        return stored.resource
+        return (await self._stored(response_id, who)).resource
 
-    async def input_items(self, response_id: str) -> list[Json]:
-        stored = await self.store.get(response_id)
-        if stored is None:
-            raise _not_found(response_id)
-        return stored.input_items
+    async def input_items(self, response_id: str, who: Principal = ANONYMOUS) -> list[Json]:
+        return (await self._stored(response_id, who)).input_items
 
-    async def delete(self, response_id: str) -> None:
-        if not await self.store.delete(response_id):
+    async def delete(self, response_id: str, who: Principal = ANONYMOUS) -> None:
+        await self._stored(response_id, who)  # the model allow-list applies to deletes too
+        if not await self.store.delete(response_id, who.tenant):
             raise _not_found(response_id)
 
-    async def cancel(self, response_id: str) -> Json:
-        run = self.inflight.get(response_id)
+    async def cancel(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
+        run = self._inflight(response_id, who)
         if run is None:
-            stored = await self.store.get(response_id)
-            if stored is None:
-                raise _not_found(response_id)
+            stored = await self._stored(response_id, who)
             raise InvalidRequest(f"Response {response_id!r} is not in progress (status "
                                  f"{stored.resource['status']!r}); only in-flight responses can be "
                                  "cancelled.", param="response_id")

@@ -2,7 +2,8 @@
 
 Each stored response keeps its resource (the JSON the API returns) and its full
 input context in wire form (previous input + previous output + new input), which is
-exactly what ``previous_response_id`` needs to continue from it.
+exactly what ``previous_response_id`` needs to continue from it, and its owner (the
+tenant that created it): every read and delete is scoped to the owner.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at INTEGER NOT NULL,
     status TEXT NOT NULL,
     resource BLOB NOT NULL,
-    input_items BLOB NOT NULL
+    input_items BLOB NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 )
 """
 
@@ -50,6 +52,10 @@ class ResponseStore:
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
         await db.execute(_SCHEMA)
+        async with db.execute("PRAGMA table_info(responses)") as cur:
+            columns = {row[1] for row in await cur.fetchall()}
+        if "owner" not in columns:  # a store from before tenancy: its rows belong to no key
+            await db.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
         await db.commit()
         return cls(db)
 
@@ -61,23 +67,25 @@ class ResponseStore:
             row = await cur.fetchone()
         return str(row[0]) if row else ""
 
-    async def put(self, resource: dict[str, Any], input_items: list[dict[str, Any]]) -> None:
+    async def put(self, resource: dict[str, Any], input_items: list[dict[str, Any]], owner: str) -> None:
         await self._db.execute(
-            "INSERT OR REPLACE INTO responses (id, created_at, status, resource, input_items) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO responses (id, created_at, status, resource, input_items, owner) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (resource["id"], resource["created_at"], resource["status"], orjson.dumps(resource),
-             orjson.dumps(input_items)))
+             orjson.dumps(input_items), owner))
         await self._db.commit()
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        async with self._db.execute("SELECT resource, input_items FROM responses WHERE id = ?",
-                                    (response_id,)) as cur:
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        """The response ``response_id`` if ``owner`` stored it (another tenant's is None)."""
+        async with self._db.execute("SELECT resource, input_items FROM responses WHERE id = ? AND owner = ?",
+                                    (response_id, owner)) as cur:
             row = await cur.fetchone()
         if row is None:
             return None
         return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]))
 
-    async def delete(self, response_id: str) -> bool:
-        cur = await self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+    async def delete(self, response_id: str, owner: str) -> bool:
+        cur = await self._db.execute("DELETE FROM responses WHERE id = ? AND owner = ?",
+                                     (response_id, owner))
         await self._db.commit()
         return (cur.rowcount or 0) > 0

@@ -3,7 +3,7 @@
 Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` is
 hashed and compared in constant time.  Health, readiness and metrics stay open.  The
 matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
-allow-list (:func:`check_model`).
+allow-list (:func:`check_model`) and scope what they store to its tenant (:func:`principal`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.access import ANONYMOUS, Principal
 from app.config import ApiKey
 from app.errors import ModelNotFound
 from app.http.responses import JSONResponse, error_payload
@@ -60,9 +61,16 @@ def api_key(request: Request) -> ApiKey | None:
     return key if isinstance(key, ApiKey) else None
 
 
-def may_use(request: Request, model: str) -> bool:
+def principal(request: Request) -> Principal:
+    """The tenant of this request: its key's name and allow-list (anonymous with auth off)."""
     key = api_key(request)
-    return key is None or key.models is None or model in key.models
+    if key is None:
+        return ANONYMOUS
+    return Principal(key.name, None if key.models is None else frozenset(key.models))
+
+
+def may_use(request: Request, model: str) -> bool:
+    return principal(request).may_use(model)
 
 
 def check_model(request: Request, model: str) -> None:

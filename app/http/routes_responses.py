@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from app.encode.sse import DONE, named_event
 from app.errors import GatewayError
-from app.http.auth import check_model
+from app.http.auth import check_model, principal
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.shutdown import Drain, drained
@@ -37,7 +37,7 @@ async def _sse(run: Run) -> AsyncIterator[bytes]:
 @router.post("/v1/responses")
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
     check_model(request, body.model)
-    run = await _service(request).create(body)
+    run = await _service(request).create(body, principal(request))
     if body.stream:
         drain = Drain(request.app.state.registry.config.shutdown_grace_seconds)
 
@@ -63,18 +63,18 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
 
 @router.get("/v1/responses/{response_id}")
 async def get_response(response_id: str, request: Request) -> Response:
-    return JSONResponse(await _service(request).get(response_id))
+    return JSONResponse(await _service(request).get(response_id, principal(request)))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request) -> Response:
-    await _service(request).delete(response_id)
+    await _service(request).delete(response_id, principal(request))
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
 @router.get("/v1/responses/{response_id}/input_items")
 async def input_items(response_id: str, request: Request) -> Response:
-    items = await _service(request).input_items(response_id)
+    items = await _service(request).input_items(response_id, principal(request))
     return JSONResponse({"object": "list", "data": items,
                          "first_id": items[0]["id"] if items else None,
                          "last_id": items[-1]["id"] if items else None, "has_more": False})
@@ -82,4 +82,4 @@ async def input_items(response_id: str, request: Request) -> Response:
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request) -> Response:
-    return JSONResponse(await _service(request).cancel(response_id))
+    return JSONResponse(await _service(request).cancel(response_id, principal(request)))
