@@ -16,7 +16,7 @@ _NAME = r"^[a-zA-Z0-9_-]+$"
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "stream": "yes" is not a bool
 
 
 class InputText(_Wire):

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from app.errors import GatewayError
+from app.http.body import BodyRejected
 from app.http.responses import JSONResponse, error_payload, error_response
 
 log = logging.getLogger("ocm_gateway")
@@ -65,6 +66,9 @@ def _static_route_matches(request: Request) -> bool:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    if isinstance(exc, BodyRejected):
+        return JSONResponse(error_payload(str(exc.detail), "invalid_request_error", exc.code, exc.param),
+                            status_code=400)
     status, headers = exc.status_code, exc.headers
     if status in (404, 405) and (status == 404 or not _static_route_matches(request)):
         return JSONResponse(error_payload(f"Invalid URL ({request.method} {request.url.path})",

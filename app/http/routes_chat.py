@@ -16,6 +16,7 @@ from app.encode.fold import Folded
 from app.encode.sse import DONE, data_event, json_line
 from app.errors import GatewayError
 from app.http.auth import check_model
+from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.shutdown import Drain, drained
@@ -25,7 +26,7 @@ from app.pipeline import EventStream, start
 from app.registry import Registry
 from schemas.chat import ChatCompletionRequest
 
-router = APIRouter()
+router = APIRouter(route_class=GatewayRoute)
 
 
 async def _frames(stream: EventStream, encoder: ChatChunkEncoder, frame: Callable[[Any], bytes],

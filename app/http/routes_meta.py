@@ -10,10 +10,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app.http.auth import check_model, may_use
+from app.http.body import GatewayRoute
 from app.http.responses import JSONResponse
 from app.registry import Registry
 
-router = APIRouter()
+router = APIRouter(route_class=GatewayRoute)
 
 
 @router.get("/health")

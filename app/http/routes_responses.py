@@ -11,13 +11,14 @@ from starlette.responses import Response
 from app.encode.sse import DONE, named_event
 from app.errors import GatewayError
 from app.http.auth import check_model, principal
+from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.shutdown import Drain, drained
 from app.responses_service import ResponsesService, Run
 from schemas.responses import CreateResponseBody
 
-router = APIRouter()
+router = APIRouter(route_class=GatewayRoute)
 
 
 def _service(request: Request) -> ResponsesService:

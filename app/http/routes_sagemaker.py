@@ -16,12 +16,13 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.errors import InvalidRequest
+from app.http.body import GatewayRoute
 from app.http.responses import JSONResponse
 from app.http.routes_chat import run_chat
 from app.registry import Registry
 from schemas.chat import ChatCompletionRequest
 
-router = APIRouter()
+router = APIRouter(route_class=GatewayRoute)
 
 
 @router.get("/ping")

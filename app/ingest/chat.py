@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import InvalidRequest
-from app.ingest.validate import check_call_id, check_function_name
+from app.ingest.validate import check_call_id, check_function_name, check_json_schema
 from app.model import (
     ContentPart,
     Conversation,
@@ -82,6 +82,8 @@ def _tools(req: wire.ChatCompletionRequest) -> tuple[FunctionTool, ...]:
         if name in seen:
             raise InvalidRequest(f"Duplicate tool name {name!r}.", param=f"tools[{i}].function.name")
         seen.add(name)
+        if t.function.parameters is not None:
+            check_json_schema(t.function.parameters, f"tools[{i}].function.parameters")
         tools.append(FunctionTool(name, t.function.description, t.function.parameters,
                                   t.function.strict))
     return tuple(tools)
@@ -112,6 +114,7 @@ def _response_format(req: wire.ChatCompletionRequest) -> ResponseFormat | None:
         raise InvalidRequest("response_format.json_schema.schema is required.",
                              param="response_format.json_schema.schema")
     check_function_name(rf.json_schema.name, "response_format.json_schema.name")
+    check_json_schema(rf.json_schema.schema_, "response_format.json_schema.schema")
     return ResponseFormat(rf.json_schema.name, rf.json_schema.schema_,
                           rf.json_schema.description, rf.json_schema.strict)
 

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from app.errors import InvalidRequest
 from app.ids import random_id
-from app.ingest.validate import check_function_name
+from app.ingest.validate import check_function_name, check_json_schema
 from app.model import (
     ContentPart,
     Conversation,
@@ -46,6 +46,9 @@ def new_input_items(body: wire.CreateResponseBody) -> list[dict[str, Any]]:
         items = [wire.UserMessage(role="user", content=[wire.InputText(type="input_text", text=body.input)])]
     else:
         items = list(body.input)
+    if not items and body.previous_response_id is None:
+        raise InvalidRequest("input must hold at least one item (or continue a response with "
+                             "previous_response_id).", param="input", code="missing_required_parameter")
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if isinstance(item, wire.ItemReference):
@@ -163,6 +166,8 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
         return None
     if isinstance(fmt, wire.TextFormatJSONObject):
         return ResponseFormat("json_object", {"type": "object"})
+    if fmt.schema_ is not None:
+        check_json_schema(fmt.schema_, "text.format.schema")
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
 
 
@@ -171,6 +176,8 @@ def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
     for i, t in enumerate(body.tools or []):
         if t.name in {x.name for x in tools}:
             raise InvalidRequest(f"Duplicate tool name {t.name!r}.", param=f"tools[{i}].name")
+        if t.parameters is not None:
+            check_json_schema(t.parameters, f"tools[{i}].parameters")
         tools.append(FunctionTool(t.name, t.description, t.parameters, t.strict))
     return tuple(tools)
 

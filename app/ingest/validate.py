@@ -30,3 +30,69 @@ def check_call_id(call_id: str, param: str) -> str:
             code="invalid_tool_call_id",
         )
     return call_id
+
+
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
+               "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+MAX_SCHEMA_DEPTH = 32  # subschema nesting; real tool schemas stay far below it
+
+
+def check_json_schema(schema: object, param: str) -> None:
+    """A tool's ``parameters`` / a response format's ``schema`` must be a JSON Schema whose
+    structural keywords have the right shapes (``type`` a JSON type or a list of them,
+    ``properties`` an object of schemas, ``required`` a list of strings, ...) and whose nesting
+    stays within :data:`MAX_SCHEMA_DEPTH`: it is rendered into prompts and grammars, where a
+    malformed one would be a silent garbage prompt or a crash. Unknown keywords are left alone."""
+    _check_schema(schema, param, 0)
+
+
+def _bad(param: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"Invalid JSON schema at {param!r}: {message}", param=param,
+                          code="invalid_json_schema")
+
+
+def _check_schema(schema: object, at: str, depth: int) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise _bad(at, "a schema must be an object (or true / false).")
+    if depth > MAX_SCHEMA_DEPTH:
+        raise _bad(at, f"nested more than {MAX_SCHEMA_DEPTH} levels deep.")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    if (not kinds and kind is not None) or any(k not in _JSON_TYPES for k in kinds):
+        raise _bad(f"{at}.type", f"{kind!r} is not a JSON type (or a list of them).")
+    required = schema.get("required")
+    if required is not None and (not isinstance(required, list)
+                                 or not all(isinstance(r, str) for r in required)):
+        raise _bad(f"{at}.required", "must be a list of property names.")
+    enum = schema.get("enum")
+    if enum is not None and not isinstance(enum, list):
+        raise _bad(f"{at}.enum", "must be a list.")
+    for key in _SUBSCHEMA_MAPS:
+        children = schema.get(key)
+        if children is None:
+            continue
+        if not isinstance(children, dict):
+            raise _bad(f"{at}.{key}", "must be an object of schemas.")
+        for name, child in children.items():
+            _check_schema(child, f"{at}.{key}.{name}", depth + 1)
+    for key in _SUBSCHEMA_LISTS:
+        children = schema.get(key)
+        if children is None:
+            continue
+        if not isinstance(children, list):
+            raise _bad(f"{at}.{key}", "must be a list of schemas.")
+        for i, child in enumerate(children):
+            _check_schema(child, f"{at}.{key}[{i}]", depth + 1)
+    for key in _SUBSCHEMAS:
+        if key in schema:
+            child = schema[key]
+            if key == "items" and isinstance(child, list):  # draft-04 tuple form
+                for i, item in enumerate(child):
+                    _check_schema(item, f"{at}.items[{i}]", depth + 1)
+            else:
+                _check_schema(child, f"{at}.{key}", depth + 1)

@@ -161,8 +161,11 @@ def response_format_section(rf: m.ResponseFormat) -> str:
     return text + json.dumps(rf.schema, separators=(",", ":"), ensure_ascii=False)
 
 
-def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat) -> list[int]:
-    return list(enc.encode("\n\n" + response_format_section(rf), allowed_special=set()))
+def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat, lead: str) -> list[int]:
+    # Client text (schema, names, descriptions): special-token text such as "<|start|>" is
+    # encoded as ordinary characters, never refused and never a control token.
+    return list(enc.encode(lead + response_format_section(rf), allowed_special=set(),
+                           disallowed_special=()))
 
 
 def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
@@ -170,9 +173,8 @@ def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
     """Insert ``# Response Formats`` at the end of the developer message (token level)."""
     dev_start = ids.index(START, 1)  # message 0 is the system message
     end = ids.index(END, dev_start)
-    extra = _response_format_ids(enc, rf)
-    if ids[end - 1] == MESSAGE:  # developer message with no other content: drop leading \n\n
-        extra = enc.encode(enc.decode(extra).lstrip("\n"), allowed_special=set())
+    # A developer message with no other content gets no leading blank line.
+    extra = _response_format_ids(enc, rf, "" if ids[end - 1] == MESSAGE else "\n\n")
     return ids[:end] + extra + ids[end:]
 
 
