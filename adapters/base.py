@@ -132,6 +132,21 @@ async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[s
         raise transport_error(exc, base) from exc
 
 
+MAX_TOKEN_ID = 2**31  # no vocabulary comes near; anything at or above is not a token id
+
+
+def token_ids(value: Any, backend: str) -> tuple[int, ...]:
+    """A stream event's token ids, checked: a list of non-negative integers (not bools,
+    floats, strings or nulls). Anything else is a protocol error of the backend."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+            type(t) is int and 0 <= t < MAX_TOKEN_ID for t in value):
+        raise UpstreamError(f"{backend} sent invalid token ids: {str(value)[:80]}",
+                            code="invalid_upstream_tokens")
+    return tuple(value)
+
+
 def _json_event(data: str, backend: str) -> dict[str, Any]:
     try:
         event = orjson.loads(data)

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import orjson
 
-from adapters.base import Capabilities, any_healthy, post_sse, status_error, transport_error
+from adapters.base import Capabilities, any_healthy, post_sse, status_error, token_ids, transport_error
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -62,7 +62,7 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
         )
     return Chunk(
         text=str(event.get("content", "")),
-        token_ids=tuple(event.get("tokens") or ()),
+        token_ids=token_ids(event.get("tokens"), "llama.cpp"),
         logprobs=_logprobs(probs) if probs else None,
         finish=chunk_finish,
         usage=usage,

@@ -64,6 +64,8 @@ class SSEDecoder:
         return None
 
     def _dispatch(self) -> str:
-        data = b"\n".join(self._data).decode("utf-8")
+        # Invalid UTF-8 from a backend must not end the stream: the bytes become U+FFFD (token
+        # ids, not this text, carry the answer for token-level backends).
+        data = b"\n".join(self._data).decode("utf-8", errors="replace")
         self._data = []
         return data

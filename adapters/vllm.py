@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, any_healthy, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse, token_ids
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -55,7 +55,7 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
         stop_reason = choice.get("stop_reason")
         finish = Finish("stop_string", stop_reason) if isinstance(stop_reason, str) else Finish("eos")
     lp = choice.get("logprobs")
-    return Chunk(text=str(choice.get("text") or ""), token_ids=tuple(choice.get("token_ids") or ()),
+    return Chunk(text=str(choice.get("text") or ""), token_ids=token_ids(choice.get("token_ids"), "vLLM"),
                  logprobs=_logprobs(lp) if lp else None, finish=finish, usage=chunk_usage)
 
 

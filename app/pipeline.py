@@ -10,6 +10,8 @@ terminal :class:`app.events.Error` event, never an exception.  Closing the strea
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -17,11 +19,13 @@ from dataclasses import dataclass, field, replace
 from adapters.base import Backend, Tokenizer
 from app import events as ev
 from app import metrics
-from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest
+from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.formats import HarmonyFormat, PromptFormat
 from app.model import Chunk, Conversation, GenerationParams, ImagePart, Prompt, ReasoningEffort
 from app.parse.base import EventParser
 from app.policy import StopSequences, ToolGuard
+
+log = logging.getLogger("ocm_gateway")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,12 @@ def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams) -> Gene
     return params
 
 
+def invalid_output(exc: Exception) -> ev.Error:
+    """What a client sees when the model's output breaks the parser (never a 500 or a cut)."""
+    return ev.Error(f"The model's output could not be parsed ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
+
+
 class EventStream:
     """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
 
@@ -154,22 +164,25 @@ class EventStream:
             await aclose()
 
     async def _raw(self) -> AsyncGenerator[ev.Event, None]:
-        if self._first is not None:
-            for event in self._parser.feed(self._first):
-                yield event
+        """Parsed events; any failure of the backend or the parser is one terminal Error."""
         try:
+            if self._first is not None:
+                for event in self._parser.feed(self._first):
+                    yield event
             t0 = time.perf_counter()
             async for chunk in self._chunks:
                 self._upstream += time.perf_counter() - t0
                 for event in self._parser.feed(chunk):
                     yield event
                 t0 = time.perf_counter()
+            for event in self._parser.close():
+                yield event
         except GatewayError as exc:
             yield ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type,
                            status=exc.status)
-            return
-        for event in self._parser.close():
-            yield event
+        except Exception as exc:  # a parser or decoder bug must not cut the stream silently
+            log.warning("model output could not be parsed", exc_info=exc)
+            yield invalid_output(exc)
 
     async def _run(self) -> AsyncGenerator[ev.Event, None]:
         raw = self._raw()
@@ -242,9 +255,14 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     chunks = route.backend.stream(prompt, params)
     t0 = time.perf_counter()
     try:
-        first: Chunk | None = await chunks.__anext__()
-    except StopAsyncIteration:
-        first = None
+        try:
+            first: Chunk | None = await chunks.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except (GatewayError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a decoder failure on the first event: a 502, not a 500
+            raise UpstreamError(invalid_output(exc).message, code="invalid_model_output") from exc
     except BaseException as exc:
         if stats is not None and isinstance(exc, GatewayError) and exc.status >= 500:
             stats.metrics.backend_errors.labels(route.name, exc.code or "error").inc()

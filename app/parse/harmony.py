@@ -10,7 +10,9 @@ events the new input produced.  Channel mapping:
 * ``final`` (or a message without channel) → :class:`TextDelta`.
 
 ``<|return|>`` finishes with ``stop``, ``<|call|>`` with ``tool_calls``, a token
-budget with ``length``.  A stream that ends without a stop token is an error.
+budget with ``length``.  A stream that ends without a stop token is an error.  A message
+header with a role other than assistant (a fabricated user or system turn) ends the answer
+with ``stop`` before any of that message is read.
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ class HarmonyEventParser:
         p = self._parser
         recipient = p.current_recipient
         channel = p.current_channel
+        if p.current_role not in (None, Role.ASSISTANT):
+            # The model began a turn that is not its own (``<|start|>user``...): what it writes
+            # there is fabricated and never part of the answer, which ends here.
+            self._kind = None
+            self._stop_token = END
+            if not self._done:
+                self._done = True
+                self._acct.pending = "stop"
+                self._out.append(self._acct.release())
+            return
         if recipient and recipient.startswith("functions."):
             self._kind = "tool"
             self._tool_index += 1
