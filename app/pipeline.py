@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
 from adapters.base import Backend, Tokenizer
@@ -185,6 +186,23 @@ class EventStream:
             yield invalid_output(exc)
 
     async def _run(self) -> AsyncGenerator[ev.Event, None]:
+        """Policed events, with each ``PartDone`` held until the next event: a part that the
+        token budget cut (``Finished("length")`` right after it) did not complete, and the
+        finish closes it as incomplete instead."""
+        held: ev.PartDone | None = None
+        async with aclosing(self._policed()) as events:  # closing this closes upstream now
+            async for event in events:
+                if held is not None and not (isinstance(event, ev.Finished) and event.reason == "length"):
+                    yield held
+                held = None
+                if isinstance(event, ev.PartDone):
+                    held = event
+                    continue
+                yield event
+        if held is not None:
+            yield held
+
+    async def _policed(self) -> AsyncGenerator[ev.Event, None]:
         raw = self._raw()
         try:
             async for event in raw:

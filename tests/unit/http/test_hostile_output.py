@@ -111,3 +111,19 @@ async def test_a_fabricated_user_turn_never_reaches_the_answer() -> None:
         final = check_stream(events)
         assert final["status"] == "completed"
         assert [part["text"] for item in final["output"] for part in item["content"]] == ["Answer."]
+
+
+async def test_max_output_tokens_leaves_the_cut_item_incomplete() -> None:
+    """The budget cut the answer: the open item is ``incomplete``, never ``completed``."""
+    events = [*_tokens("<|channel|>analysis<|message|>thinking hard"),
+              _event([], "", stop=True).replace(b'"eos"', b'"limit"')]
+    async with gateway(_upstream(events)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "stream": True,
+                                                "max_output_tokens": 64})
+    stream = [p for p in sse_payloads(r.text) if p != "[DONE]"]
+    final = check_stream(stream)
+    assert final["status"] == "incomplete"
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [item["status"] for item in final["output"]] == ["incomplete"]
+    done = [e["item"]["status"] for e in stream if e["type"] == "response.output_item.done"]
+    assert done == ["incomplete"]
