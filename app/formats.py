@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.chat_template.analysis import ReasoningMode, analyze
+from app.chat_template.tools import ToolFormat
 from app.errors import InvalidRequest
 from app.model import Conversation, GenerationParams, Prompt
 from app.parse.base import EventParser
@@ -79,6 +80,11 @@ class TemplateFormat:
 
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
         analysis = analyze(self.source)
+        if conv.tools and params.tool_choice.mode != "none" and analysis.tools.format is ToolFormat.NONE:
+            # The template has no way to show tools to the model, nor a call syntax to parse:
+            # dropping them silently would answer "required" with plain text.
+            raise InvalidRequest("This model's chat template has no tool-call syntax, so it cannot "
+                                 "be given tools.", param="tools", code="tools_not_supported")
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
                                    eos_token=self.eos_token, caps=analysis.caps)
         rf = conv.response_format

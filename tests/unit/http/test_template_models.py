@@ -123,3 +123,24 @@ async def test_backend_without_template_is_a_clear_502() -> None:
 def test_inconsistent_template_config_is_rejected(model: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         config(**model)
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+async def test_tools_on_a_template_without_tool_syntax_are_a_400(choice: str) -> None:
+    """gemma3's template cannot show tools or express a call: refuse, never drop them silently."""
+    fake = FakeTemplateLlamaCpp(["Hi"])
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    async with gateway(fake.transport(), config(**TEMPLATE)) as client:
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [tool],
+            "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+        r = await client.post("/v1/responses", json={
+            "model": MODEL, "input": "hi", "tools": [{"type": "function", "name": "f"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+        # tool_choice "none" needs no tool syntax: tools are simply not offered.
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [tool],
+            "tool_choice": "none"})
+        assert r.status_code == 200, r.text
+    assert not fake.completions[:-1]
