@@ -7,8 +7,10 @@
   5xx or times out before its first stream event is put in cooldown and the request is
   retried on another one (bounded attempts, exponential backoff).  Nothing is retried
   once an event has been received: by then bytes may already have reached the client.
-* **First-byte timeout**: waiting longer than ``first_byte_timeout`` for the first event
-  is a 504.  Idle time between later events is bounded by the HTTP client's read timeout.
+* **First-byte timeout**: waiting longer than ``first_byte_timeout`` for the first event,
+  over all attempts together, is a 504; ``attempt_timeout`` abandons one silent replica
+  for the next within that budget.  Idle time between later events is bounded by the
+  HTTP client's read timeout.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class RetryPolicy:
     max_attempts: int = 3
     backoff: float = 0.05  # seconds before the 2nd attempt; doubles each time
     cooldown: float = 10.0
-    first_byte_timeout: float = 120.0
+    first_byte_timeout: float = 120.0  # total, over every attempt
+    attempt_timeout: float | None = None  # per attempt (None: whatever the total leaves)
 
 
 @dataclass
@@ -70,43 +73,52 @@ Events = AsyncIterator[dict[str, Any]]
 
 async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events],
                    ) -> AsyncGenerator[dict[str, Any], None]:
-    """Yield the events of ``open_stream(base_url)`` from the first replica that answers."""
+    """Yield the events of ``open_stream(base_url)`` from the first replica that answers.
+
+    ``first_byte_timeout`` bounds the *total* wait for a first event, across every attempt
+    and backoff: a request is never retried past it. A replica counts a request as
+    outstanding from the moment it is asked until its stream is closed, however that ends
+    (first event, error, empty stream, or cancellation when the client has gone)."""
     tried: set[str] = set()
     last: GatewayError | None = None
+    deadline = time.monotonic() + pool.policy.first_byte_timeout
     for attempt in range(pool.policy.max_attempts):
         if attempt:
             await anyio.sleep(pool.policy.backoff * 2 ** (attempt - 1))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
         replica = pool.pick(tried)
         tried.add(replica.url)
         replica.outstanding += 1
         events = open_stream(replica.url)
+        started = False
         try:
             try:
-                with anyio.fail_after(pool.policy.first_byte_timeout):
+                limit = remaining if pool.policy.attempt_timeout is None else min(
+                    remaining, pool.policy.attempt_timeout)
+                with anyio.fail_after(limit):
                     first = await events.__anext__()
             except TimeoutError:
                 raise UpstreamTimeout(f"The backend at {replica.url} sent nothing for "
-                                      f"{pool.policy.first_byte_timeout:g} s.") from None
+                                      f"{limit:.3g} s.") from None
             except StopAsyncIteration:
                 return
-        except GatewayError as exc:
-            replica.outstanding -= 1
-            await _close(events)
-            if not _retryable(exc):
-                raise
-            pool.fail(replica)
-            last = exc
-            continue
-        try:
+            started = True  # from here on, bytes may have reached the client: never retried
             yield first
             async for event in events:
                 yield event
+            return
+        except GatewayError as exc:
+            if started or not _retryable(exc):
+                raise
+            pool.fail(replica)
+            last = exc
         finally:
             replica.outstanding -= 1
             await _close(events)
-        return
-    assert last is not None
-    raise last
+    raise last if last is not None else UpstreamTimeout(
+        f"No backend replica answered within {pool.policy.first_byte_timeout:g} s.")
 
 
 async def _close(events: AsyncIterator[dict[str, Any]]) -> None:

@@ -94,7 +94,11 @@ class ModelConfig(_Strict):
 class UpstreamSettings(_Strict):
     connect_timeout: float = 10.0
     read_timeout: float = 600.0  # also the longest silence allowed between two stream events
-    first_byte_timeout: float = 300.0  # until the first stream event (prompt processing)
+    # until the first stream event (prompt processing), over all attempts together
+    first_byte_timeout: float = Field(default=300.0, gt=0)
+    # per attempt: a replica silent this long is abandoned for the next one (None: no limit
+    # of its own, so a stall uses the whole first_byte_timeout and is not failed over)
+    attempt_timeout: float | None = Field(default=None, gt=0)
     max_connections: int = 256
     max_attempts: int = Field(default=3, ge=1)  # replicas tried before the first byte
     retry_backoff: float = Field(default=0.05, ge=0)

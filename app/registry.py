@@ -34,7 +34,8 @@ from app.render.openchatml import OpenChatMLOptions
 def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
                  up: UpstreamSettings) -> Backend:
     policy = RetryPolicy(max_attempts=up.max_attempts, backoff=up.retry_backoff,
-                         cooldown=up.cooldown_seconds, first_byte_timeout=up.first_byte_timeout)
+                         cooldown=up.cooldown_seconds, first_byte_timeout=up.first_byte_timeout,
+                         attempt_timeout=up.attempt_timeout)
     if cfg.backend == "llamacpp":
         return LlamaCppBackend(client, cfg.base_urls, policy)
     if cfg.backend == "vllm":

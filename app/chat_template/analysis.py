@@ -16,6 +16,7 @@ are explicit, recorded in the result, and each is tested.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -23,7 +24,7 @@ from enum import StrEnum
 from app.chat_template import probe as pr
 from app.chat_template.diff import diff_split, leading_marker, segmentize, trailing_marker
 from app.chat_template.tools import ToolAnalysis, analyze_tools
-from app.render.template_env import RenderCaps
+from app.render.template_env import FROZEN_CLOCK, RenderCaps
 
 
 class ReasoningMode(StrEnum):
@@ -173,7 +174,15 @@ def _preserved(a: TemplateAnalysis) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=32)
 def analyze(source: str) -> TemplateAnalysis:
-    """Analyze a template (memoized by source text)."""
+    """Analyze a template (memoized by source text), on a frozen clock."""
+    token = FROZEN_CLOCK.set(dt.datetime.now(dt.UTC).replace(microsecond=0))
+    try:
+        return _analyze(source)
+    finally:
+        FROZEN_CLOCK.reset(token)
+
+
+def _analyze(source: str) -> TemplateAnalysis:
     from app.chat_template.workarounds import apply_workarounds
 
     caps = pr.probe_caps(source)

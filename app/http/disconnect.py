@@ -1,8 +1,9 @@
 """Run a coroutine but cancel it if the HTTP client disconnects first.
 
-Used for non-streaming answers: the upstream generation is cancelled (its
-connection closed) as soon as the client goes away, instead of running to the end.
-Streaming responses get the same behaviour from sse-starlette's disconnect listener.
+Used while a request waits for its first upstream event (both APIs, streaming or not) and
+for whole non-streaming answers: the upstream generation is cancelled (its connection
+closed) as soon as the client goes away, instead of running to the end or being retried.
+Once a stream has started, sse-starlette's disconnect listener does the same.
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ class ClientDisconnected(GatewayError):
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """``await work``, unless the client disconnects first: then ``work`` is cancelled (which
+    closes its upstream request) and :class:`ClientDisconnected` is raised. An exception of
+    ``work`` propagates as itself (not wrapped in an exception group)."""
     result: list[T] = []
+    failure: list[BaseException] = []
 
     async with anyio.create_task_group() as tg:
         async def run() -> None:
-            result.append(await work)
+            try:
+                result.append(await work)
+            except Exception as exc:
+                failure.append(exc)
             tg.cancel_scope.cancel()
 
         async def watch() -> None:
@@ -41,6 +49,8 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
 
         tg.start_soon(run)
         tg.start_soon(watch)
+    if failure:
+        raise failure[0]
     if not result:
         raise ClientDisconnected("The client disconnected before the answer was complete.")
     return result[0]

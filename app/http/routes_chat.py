@@ -60,7 +60,8 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
     check_model(request, ingest.model)
     route = registry.route(ingest.model)
     params = registry.with_defaults(ingest.model, ingest.params)
-    stream = await start(route, ingest.conversation, params)
+    # Until the first upstream event nothing has been sent: a client that leaves cancels it.
+    stream = await cancel_on_disconnect(request, start(route, ingest.conversation, params))
     response_id = random_id("chatcmpl-")
     created = int(time.time())
     if ingest.stream:

@@ -38,7 +38,10 @@ async def _sse(run: Run) -> AsyncIterator[bytes]:
 @router.post("/v1/responses")
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
     check_model(request, body.model)
-    run = await _service(request).create(body, principal(request))
+    # Until the first upstream event nothing has been sent: a client that leaves cancels it
+    # (a background response does not wait for the backend, so it is not affected).
+    creating = _service(request).create(body, principal(request))
+    run = await (creating if body.background else cancel_on_disconnect(request, creating))
     if body.stream:
         drain = Drain(request.app.state.registry.config.shutdown_grace_seconds)
 

@@ -13,6 +13,7 @@ which :mod:`app.render.template` layers on top (through the ``string_hook`` of
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import functools
 import json
@@ -83,8 +84,19 @@ def environment(string_hook: StringHook | None = None) -> SandboxedEnvironment:
 
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: dt.datetime.now(dt.UTC).strftime(fmt)
+    env.globals["strftime_now"] = lambda fmt: now().strftime(fmt)
     return env
+
+
+# The clock templates see. The analysis freezes it: two renders it compares must not differ
+# because a second passed between them (a template that prints the time would otherwise
+# get the time as part of its markers).
+FROZEN_CLOCK: contextvars.ContextVar[dt.datetime | None] = contextvars.ContextVar("frozen_clock",
+                                                                                  default=None)
+
+
+def now() -> dt.datetime:
+    return FROZEN_CLOCK.get() or dt.datetime.now(dt.UTC)
 
 
 @functools.lru_cache(maxsize=64)
@@ -102,7 +114,7 @@ def render_raw(source: str, messages: list[dict[str, Any]], *, tools: list[dict[
         context["tools"] = tools
         # Firefunction-style templates read the tools as a JSON string and a date
         context["functions"] = _to_json(tools, string_hook, indent=2)
-        context["datetime"] = dt.datetime.now(dt.UTC).strftime("%b %d %Y %H:%M:%S GMT")
+        context["datetime"] = now().strftime("%b %d %Y %H:%M:%S GMT")
     if enable_thinking is not None:
         context["enable_thinking"] = enable_thinking
     try:

@@ -19,7 +19,8 @@ HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
 class LoopbackUpstream:
     """``dialect``: ``llamacpp``, ``vllm``, ``openai`` (Chat Completions SSE) or ``ollama``
     (NDJSON).  ``mode``: ``endless`` (a token every ``interval`` forever), ``final`` (the recorded
-    llama.cpp answer ``events``), ``error500``, ``stall`` (accepts, never answers),
+    llama.cpp answer ``events``), ``error500``, ``stall`` (accepts, never answers), ``empty``
+    (200 with an empty body),
     ``truncate`` (headers and ``truncate_after`` events, then the connection drops)."""
 
     def __init__(self, interval: float = 0.02, mode: str = "endless",
@@ -49,7 +50,13 @@ class LoopbackUpstream:
                 return
             self.requests += 1
             if self.mode == "stall":
-                await asyncio.sleep(3600)
+                await reader.read()  # never answers; returns when the client closes
+                return
+            if self.mode == "empty":  # 200, then the body ends before any event
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"content-length: 0\r\n\r\n")
+                await writer.drain()
+                return
             if self.mode == "error500":
                 body = b'{"error":{"code":500,"message":"boom","type":"server_error"}}'
                 writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"

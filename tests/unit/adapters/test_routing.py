@@ -55,7 +55,7 @@ async def test_failover_before_first_byte(bad: str) -> None:
     failing = [] if bad == "refused" else [LoopbackUpstream(mode=bad)]
     with _servers(*failing, good) as urls:
         first = _closed_port_url() if bad == "refused" else urls[0]
-        r = await _chat([first, urls[-1]], first_byte_timeout=0.5)
+        r = await _chat([first, urls[-1]], first_byte_timeout=5, attempt_timeout=0.5)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!"
     assert good.requests == 1
@@ -68,7 +68,7 @@ async def test_all_replicas_failing_is_a_clear_error(bad: str, status: int, code
     servers = [] if bad == "refused" else [LoopbackUpstream(mode=bad), LoopbackUpstream(mode=bad)]
     with _servers(*servers) as urls:
         targets = [_closed_port_url(), _closed_port_url()] if bad == "refused" else urls
-        r = await _chat(targets, first_byte_timeout=0.3, max_attempts=2)
+        r = await _chat(targets, first_byte_timeout=5, attempt_timeout=0.3, max_attempts=2)
     assert r.status_code == status and r.json()["error"]["code"] == code
     assert sum(s.requests for s in servers) == (0 if bad == "refused" else 2)  # bounded attempts
 
@@ -110,3 +110,38 @@ async def test_concurrent_requests_spread_over_replicas() -> None:
             results = await asyncio.gather(*(c.post("/v1/chat/completions", json=CHAT) for _ in range(6)))
     assert all(r.status_code == 200 for r in results)
     assert a.requests >= 1 and b.requests >= 1 and a.requests + b.requests == 6
+
+
+async def test_first_byte_timeout_bounds_all_attempts_together() -> None:
+    """Three silent replicas and three attempts: a 504 after first_byte_timeout, not 3x it."""
+    servers = [LoopbackUpstream(mode="stall") for _ in range(3)]
+    with _servers(*servers) as urls:
+        t0 = asyncio.get_running_loop().time()
+        r = await _chat(urls, first_byte_timeout=0.6, max_attempts=3)
+        elapsed = asyncio.get_running_loop().time() - t0
+    assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
+    assert elapsed < 1.2, elapsed
+    assert sum(s.requests for s in servers) == 1  # a stall uses the whole budget: no retry
+
+
+async def test_attempt_timeout_fails_over_within_the_total_budget() -> None:
+    servers = [LoopbackUpstream(mode="stall") for _ in range(3)]
+    with _servers(*servers) as urls:
+        t0 = asyncio.get_running_loop().time()
+        r = await _chat(urls, first_byte_timeout=0.7, attempt_timeout=0.3, max_attempts=3)
+        elapsed = asyncio.get_running_loop().time() - t0
+    assert r.status_code == 504
+    assert sum(s.requests for s in servers) == 3  # 0.3 + 0.3 + the 0.1 s left
+    assert elapsed < 1.2, elapsed
+
+
+@pytest.mark.parametrize("mode", ["empty", "error500", "stall", "final"])
+async def test_outstanding_returns_to_zero_however_the_attempt_ends(mode: str) -> None:
+    server = LoopbackUpstream(mode=mode, events=FINAL)
+    with _servers(server) as urls:
+        async with gateway(httpx.AsyncHTTPTransport(), _cfg(urls, first_byte_timeout=0.3,
+                                                            max_attempts=1)) as c:
+            r = await c.post("/v1/chat/completions", json=CHAT)
+            pool = c._transport.app.state.registry.routes[MODEL].backend.pool  # type: ignore[attr-defined]
+    assert r.status_code == (200 if mode == "final" else 502 if mode != "stall" else 504), r.text
+    assert [x.outstanding for x in pool.replicas] == [0]

@@ -1,0 +1,79 @@
+"""A client that disconnects before the first byte cancels the upstream request at once,
+and is never retried on another replica (real loopback upstreams that never answer)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.http.app import create_app
+from tests.support.gateway import MODEL, config
+from tests.support.loopback_upstream import LoopbackUpstream
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _scope(path: str) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
+            "headers": [(b"content-type", b"application/json")]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_disconnect_while_waiting_for_the_first_byte(api: str, stream: bool) -> None:
+    first, second = LoopbackUpstream(mode="stall"), LoopbackUpstream(mode="stall")
+    with first.running() as url1, second.running() as url2:
+        data = config().model_dump()
+        data["models"][MODEL]["base_urls"] = [url1, url2]
+        # A retry would go to the second replica after 0.4 s of silence from the first.
+        data["upstream"].update({"attempt_timeout": 0.4, "first_byte_timeout": 10, "retry_backoff": 0})
+        app = create_app(type(config()).model_validate(data), transport=httpx.AsyncHTTPTransport())
+        path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+        payload: dict[str, Any] = {"model": MODEL, "stream": stream}
+        if api == "chat":
+            payload["messages"] = [{"role": "user", "content": "hi"}]
+        else:
+            payload["input"] = "hi"
+        body = json.dumps(payload).encode()
+        gone = asyncio.Event()
+        delivered = False
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async with app.router.lifespan_context(app):
+            task = asyncio.ensure_future(app(_scope(path), receive, send))
+            for _ in range(200):  # wait until the first replica holds the request
+                if first.requests:
+                    break
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.1)
+            gone.set()
+            t_gone = time.monotonic()
+            await asyncio.wait_for(task, timeout=5)
+            for _ in range(100):
+                if first.closed_at:
+                    break
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.6)  # past the point where a retry would have started
+            pool = app.state.registry.routes[MODEL].backend.pool
+    assert first.requests == 1 and first.closed_at, "the upstream request was not cancelled"
+    assert first.closed_at[0] - t_gone < 0.1
+    assert second.requests == 0, "a request was retried for a client that had gone"
+    assert [r.outstanding for r in pool.replicas] == [0, 0]
