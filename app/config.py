@@ -119,6 +119,12 @@ class LimitSettings(_Strict):
     requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)  # generations in flight per key
+    # Admission control for the whole gateway process: generations in flight (default: the
+    # upstream connection pool size), how many may wait for a slot, and for how long; beyond
+    # either bound a request is a 503 with Retry-After.
+    max_inflight: int | None = Field(default=None, ge=1)
+    max_queue: int = Field(default=1024, ge=0)
+    queue_timeout: float = Field(default=60.0, gt=0)
 
 
 class ApiKey(_Strict):

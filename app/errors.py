@@ -85,6 +85,18 @@ class UpstreamRateLimited(UpstreamError):
         self.retry_after = retry_after
 
 
+class Overloaded(GatewayError):
+    """The gateway is at capacity: its generation queue is full or the wait ran out."""
+
+    status = 503
+    type = "server_error"
+    code = "server_overloaded"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ModelOutputError(GatewayError):
     """The model produced output the gateway must not pass on (truncated, bad call)."""
 

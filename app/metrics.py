@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.admission import Admission
+
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
@@ -35,6 +37,17 @@ class Metrics:
         self.open_streams = Gauge("ocm_open_streams", "Generations in flight", registry=r)
         self.backend_errors = Counter("ocm_backend_errors", "Backend / model errors by code",
                                       ["model", "code"], registry=r)
+        self.inflight = Gauge("ocm_generations_inflight", "Generations holding an admission slot",
+                              registry=r)
+        self.queued = Gauge("ocm_generations_queued", "Requests waiting for an admission slot",
+                            registry=r)
+        self.rejected = Counter("ocm_admission_rejected", "Requests refused at capacity (503)",
+                                registry=r)
+
+    def watch_admission(self, admission: Admission) -> None:
+        self.inflight.set_function(lambda: admission.inflight)
+        self.queued.set_function(lambda: admission.queued)
+        admission.on_reject = self.rejected.inc
 
 
 @dataclass

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
 from adapters.base import Backend, Tokenizer
 from app import events as ev
 from app import metrics
+from app.admission import Admission
 from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.formats import HarmonyFormat, PromptFormat
 from app.model import Chunk, Conversation, GenerationParams, ImagePart, Prompt, ReasoningEffort
@@ -38,6 +39,7 @@ class ModelRoute:
     format: PromptFormat = field(default_factory=HarmonyFormat)
     context_window: int = 8192
     default_reasoning_effort: ReasoningEffort = "medium"
+    admission: Admission | None = None  # shared by every model of the process
 
 
 def check_capabilities(route: ModelRoute, params: GenerationParams,
@@ -137,7 +139,8 @@ class EventStream:
 
     def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
                  parser: EventParser, params: GenerationParams,
-                 allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0) -> None:
+                 allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
+                 release: Callable[[], None] | None = None) -> None:
         self._first = first
         self._chunks = chunks
         self._parser = parser
@@ -148,6 +151,7 @@ class EventStream:
         self._upstream = upstream_seconds  # time spent awaiting the backend so far
         self._stats = metrics.current()
         self._closed = False
+        self._release = release  # the admission slot, given back when the stream ends
         if self._stats is not None:
             self._stats.metrics.open_streams.inc()
 
@@ -252,6 +256,8 @@ class EventStream:
         if self._closed:
             return
         self._closed = True
+        if self._release is not None:
+            self._release()
         if self._stats is not None:
             self._stats.upstream_seconds += self._upstream
             self._stats.metrics.upstream.labels(self._model).observe(self._upstream)
@@ -270,7 +276,15 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     stats = metrics.current()
     if stats is not None:
         stats.model = route.name
-    chunks = route.backend.stream(prompt, params)
+    admission = route.admission
+    if admission is not None:
+        await admission.acquire()  # Overloaded (503) when the queue is full or too slow
+    try:
+        chunks = route.backend.stream(prompt, params)
+    except BaseException:
+        if admission is not None:
+            admission.release()
+        raise
     t0 = time.perf_counter()
     try:
         try:
@@ -284,11 +298,16 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     except BaseException as exc:
         if stats is not None and isinstance(exc, GatewayError) and exc.status >= 500:
             stats.metrics.backend_errors.labels(route.name, exc.code or "error").inc()
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        try:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            if admission is not None:
+                admission.release()
         raise
     ttft = time.perf_counter() - t0
     if stats is not None:
         stats.metrics.ttft.labels(route.name).observe(ttft)
-    return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft)
+    return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
+                       release=admission.release if admission is not None else None)

@@ -14,6 +14,7 @@ from adapters.ollama import OllamaBackend
 from adapters.openai_chat import OpenAIChatBackend
 from adapters.routing import RetryPolicy
 from adapters.vllm import VLLMBackend
+from app.admission import Admission
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.errors import ModelNotFound, UpstreamError
 from app.formats import (
@@ -118,6 +119,9 @@ class Registry:
         self.config = config
         self.created = 0
         self.routes: dict[str, ModelRoute] = {}
+        lim = config.limits
+        self.admission = Admission(lim.max_inflight or config.upstream.max_connections, lim.max_queue,
+                                   lim.queue_timeout)
         for name, cfg in config.models.items():
             self.routes[name] = ModelRoute(
                 name=name,
@@ -125,6 +129,7 @@ class Registry:
                 format=make_format(name, cfg, client),
                 context_window=cfg.context_window,
                 default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+                admission=self.admission,
             )
 
     def route(self, model: str) -> ModelRoute:

@@ -40,6 +40,7 @@ def create_app(config: GatewayConfig | None = None,
         )
         registry = Registry(cfg, client)
         registry.created = int(time.time())
+        app.state.metrics.watch_admission(registry.admission)
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
         app.state.responses = ResponsesService(registry, store)

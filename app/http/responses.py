@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.errors import GatewayError, UpstreamRateLimited
+from app.errors import GatewayError, Overloaded, UpstreamRateLimited
 
 
 class JSONResponse(Response):
@@ -19,8 +19,11 @@ class JSONResponse(Response):
 
 def error_response(exc: GatewayError) -> JSONResponse:
     headers: dict[str, str] = {}
-    if isinstance(exc, UpstreamRateLimited) and exc.retry_after is not None:
-        headers["retry-after"] = str(max(1, round(exc.retry_after)))
+    retry_after = getattr(exc, "retry_after", None) if isinstance(exc, UpstreamRateLimited | Overloaded) \
+        else None
+    if retry_after is not None:
+        headers["retry-after"] = str(max(1, round(retry_after)))
+        headers["retry-after-ms"] = str(max(1, round(retry_after * 1000)))
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 

@@ -73,7 +73,9 @@ async def test_disconnect_while_waiting_for_the_first_byte(api: str, stream: boo
                 await asyncio.sleep(0.005)
             await asyncio.sleep(0.6)  # past the point where a retry would have started
             pool = app.state.registry.routes[MODEL].backend.pool
+            admission = app.state.registry.admission
     assert first.requests == 1 and first.closed_at, "the upstream request was not cancelled"
     assert first.closed_at[0] - t_gone < 0.1
     assert second.requests == 0, "a request was retried for a client that had gone"
     assert [r.outstanding for r in pool.replicas] == [0, 0]
+    assert (admission.inflight, admission.queued) == (0, 0), "the generation slot leaked"

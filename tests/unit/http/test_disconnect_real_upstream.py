@@ -63,6 +63,12 @@ async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> Non
                 if upstream.closed_at:
                     break
                 await asyncio.sleep(0.005)
+            admission = app.state.registry.admission
+            for _ in range(100):
+                if admission.inflight == 0:
+                    break
+                await asyncio.sleep(0.005)
+    assert admission.inflight == 0 and admission.queued == 0, "the generation slot leaked"
     assert upstream.requests == 1 and chunks >= 5
     assert upstream.closed_at, "the upstream connection was never closed"
     assert upstream.closed_at[0] - t_disconnect < 0.1
