@@ -32,6 +32,15 @@ class Admission:
     def queued(self) -> int:
         return len(self._waiters)
 
+    def check(self) -> None:
+        """Refuse now, before any work on the request, when every slot and the whole queue
+        are taken (a request that passes still waits in :meth:`acquire`)."""
+        if self.inflight >= self.max_inflight and len(self._waiters) >= self.max_queue:
+            self._rejected()
+            raise Overloaded(f"The gateway is at capacity ({self.inflight} generations running, "
+                             f"{len(self._waiters)} waiting); retry later.",
+                             retry_after=self._retry_after())
+
     def _retry_after(self) -> float:
         return max(1.0, min(self.queue_timeout, 1.0 + self.queued / max(1, self.max_inflight)))
 

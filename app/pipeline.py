@@ -265,6 +265,8 @@ class EventStream:
 
 
 async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
+    if route.admission is not None:
+        route.admission.check()  # at capacity: refuse before rendering
     check_capabilities(route, params, conv)
     await route.format.prepare()
     prompt = await tokenize(route, render(route, conv, params))

@@ -115,13 +115,14 @@ def make_format(name: str, cfg: ModelConfig, client: httpx.AsyncClient | None = 
 
 
 class Registry:
-    def __init__(self, config: GatewayConfig, client: httpx.AsyncClient) -> None:
+    def __init__(self, config: GatewayConfig, client: httpx.AsyncClient,
+                 admission: Admission | None = None) -> None:
         self.config = config
         self.created = 0
         self.routes: dict[str, ModelRoute] = {}
         lim = config.limits
-        self.admission = Admission(lim.max_inflight or config.upstream.max_connections, lim.max_queue,
-                                   lim.queue_timeout)
+        self.admission = admission or Admission(lim.max_inflight or config.upstream.max_connections,
+                                                lim.max_queue, lim.queue_timeout)
         for name, cfg in config.models.items():
             self.routes[name] = ModelRoute(
                 name=name,

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
+from app.admission import Admission
 from app.config import GatewayConfig, load_config
 from app.http import errors, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
@@ -38,9 +39,9 @@ def create_app(config: GatewayConfig | None = None,
             limits=httpx.Limits(max_connections=up.max_connections,
                                 max_keepalive_connections=up.max_connections),
         )
-        registry = Registry(cfg, client)
+        registry = Registry(cfg, client, admission)
         registry.created = int(time.time())
-        app.state.metrics.watch_admission(registry.admission)
+        app.state.metrics.watch_admission(admission)
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
         app.state.responses = ResponsesService(registry, store)
@@ -59,7 +60,10 @@ def create_app(config: GatewayConfig | None = None,
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     routers = [routes_chat.router, routes_meta.router, routes_responses.router, routes_sagemaker.router]
     errors.install(app, routers)
-    app.add_middleware(LimitsMiddleware, settings=cfg.limits)  # inside auth: knows the key
+    lim = cfg.limits  # one admission controller per process, shared by every model
+    admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,
+                          lim.queue_timeout)
+    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission)  # inside auth
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
     app.state.metrics = Metrics()

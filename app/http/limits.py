@@ -5,6 +5,8 @@ routes.  Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after
 a body over ``max_body_bytes`` → 413 (checked on ``content-length`` and while reading; the
 body is read here, once, and replayed to the app).
 Token usage is charged when a request finishes (from the pipeline's request stats).
+When the gateway is at capacity (every admission slot and the whole queue taken) a
+generation request is refused with 503 before its body is even read.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from dataclasses import dataclass, field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
+from app.admission import Admission
 from app.config import ApiKey, LimitSettings
-from app.http.responses import JSONResponse, error_payload
+from app.errors import Overloaded
+from app.http.responses import JSONResponse, error_payload, error_response
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations"})
 WINDOW = 60.0
@@ -38,9 +42,10 @@ class _Usage:
 
 
 class LimitsMiddleware:
-    def __init__(self, app: ASGIApp, settings: LimitSettings) -> None:
+    def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.admission = admission
         self.usage: dict[str, _Usage] = collections.defaultdict(_Usage)
 
     def _limits(self, key: ApiKey | None) -> tuple[int | None, int | None, int | None]:
@@ -70,6 +75,13 @@ class LimitsMiddleware:
             await self._reject(scope, receive, send, 413, f"Request body over {limit} bytes.",
                                "request_too_large")
             return
+        generation = scope["path"] in GENERATION_PATHS and scope.get("method") == "POST"
+        if generation and self.admission is not None:
+            try:  # at capacity: refuse before reading or parsing anything
+                self.admission.check()
+            except Overloaded as exc:
+                await error_response(exc)(scope, receive, send)
+                return
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             body = await _read_body(receive, limit)
             if body is None:
@@ -77,7 +89,7 @@ class LimitsMiddleware:
                                    "request_too_large")
                 return
             receive = _replay(body, receive)
-        if scope["path"] not in GENERATION_PATHS or scope.get("method") != "POST":
+        if not generation:
             await self.app(scope, receive, send)
             return
         key: ApiKey | None = scope.get("state", {}).get("api_key")

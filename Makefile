@@ -1,0 +1,20 @@
+# Shortcuts; every target runs with the project's .venv (created by `make test`).
+PY := .venv/bin/python
+
+.PHONY: test smoke ci load bench
+
+test:            ## ruff, mypy --strict and the whole suite (what README documents)
+	./scripts/test.sh
+
+smoke:           ## the README's quickstart and the Dockerfile's install line in fresh venvs
+	./scripts/smoke.sh
+
+ci:              ## what CI runs
+	bash .ci/run
+
+load:            ## full-size load: 1,000 and 5,000 concurrent streams (docs/reliability.md)
+	$(PY) -m benchmarks.load --streams 1000 --streams 5000
+
+bench:           ## per-token hot-path benchmarks (benchmarks/RESULTS.md)
+	$(PY) -m benchmarks.bench_stream_path
+	$(PY) -m benchmarks.bench_text_parsers
