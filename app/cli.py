@@ -16,6 +16,7 @@ import uvicorn
 
 from app import embedded
 from app.config import load_config
+from app.http.server import GuardedH11Protocol
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -61,6 +62,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         lifespan="on",
         timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
+        http=GuardedH11Protocol,  # request heads have a deadline, open connections a cap
+        h11_max_incomplete_event_size=64 * 1024,  # request head size
     )
     return 0
 

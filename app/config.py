@@ -125,6 +125,12 @@ class LimitSettings(_Strict):
     max_inflight: int | None = Field(default=None, ge=1)
     max_queue: int = Field(default=1024, ge=0)
     queue_timeout: float = Field(default=60.0, gt=0)
+    # Slow clients: a request head must arrive within header_timeout seconds, a body within
+    # body_timeout (408); open connections per worker are capped at max_connections (default:
+    # max_inflight + max_queue + 256; beyond it uvicorn answers 503).
+    header_timeout: float = Field(default=10.0, gt=0)
+    body_timeout: float = Field(default=30.0, gt=0)
+    max_connections: int | None = Field(default=None, ge=1)
 
 
 class ApiKey(_Strict):

@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -83,7 +84,13 @@ class LimitsMiddleware:
                 await error_response(exc)(scope, receive, send)
                 return
         if scope.get("method") in ("POST", "PUT", "PATCH"):
-            body = await _read_body(receive, limit)
+            try:
+                with anyio.fail_after(self.settings.body_timeout):
+                    body = await _read_body(receive, limit)
+            except TimeoutError:
+                await self._reject(scope, receive, send, 408, "The request body did not arrive within "
+                                   f"{self.settings.body_timeout:g} s.", "request_timeout")
+                return
             if body is None:
                 await self._reject(scope, receive, send, 413, f"Request body over {limit} bytes.",
                                    "request_too_large")

@@ -68,3 +68,19 @@ def healthy_process(cmd: Sequence[str], url: str, *, timeout: float = 90.0,
             proc.wait()
         log.close()
         os.unlink(log.name)
+
+
+@contextmanager
+def gateway_process(upstream: str, model: str, **settings: object) -> Iterator[str]:
+    """``ocm-gateway serve`` (the console script of this venv) for one llama.cpp-style model
+    at ``upstream``; ``settings`` are ``OCMGW__...`` overrides (``limits__max_queue=1``)."""
+    import sys
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
+    env.update({"OCMGW_MODEL": model, "OCMGW_BACKEND_URL": upstream, "OCMGW__store__path": ":memory:"})
+    env.update({f"OCMGW__{k}": str(v) for k, v in settings.items()})
+    cmd = [str(Path(sys.executable).with_name("ocm-gateway")), "serve", "--port", str(port),
+           "--log-level", "warning"]
+    with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=30, env=env) as gw:
+        yield gw.url

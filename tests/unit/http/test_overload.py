@@ -7,19 +7,15 @@ load with random disconnects leaves no slot behind (``/metrics``). The full-size
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.gateway import MODEL, sse_payloads
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.support.process import free_port, healthy_process
+from tests.support.process import gateway_process
 
 pytestmark = pytest.mark.timeout(90)
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -34,16 +30,8 @@ ANSWER = [
     b'"tokens_predicted":5,"timings":{}}\n\n']
 
 
-@contextmanager
-def _gateway(upstream: str, **limits: object) -> Iterator[str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
-    env.update({"OCMGW_MODEL": MODEL, "OCMGW_BACKEND_URL": upstream, "OCMGW__store__path": ":memory:"})
-    env.update({f"OCMGW__limits__{k}": str(v) for k, v in limits.items()})
-    cmd = [str(Path(sys.executable).with_name("ocm-gateway")), "serve", "--port", str(port),
-           "--log-level", "warning"]
-    with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=30, env=env) as gw:
-        yield gw.url
+def _gateway(upstream: str, **limits: object) -> Any:
+    return gateway_process(upstream, MODEL, **{f"limits__{k}": v for k, v in limits.items()})
 
 
 async def _gauge(client: httpx.AsyncClient, name: str) -> float:
