@@ -112,6 +112,10 @@ def _default_store_path() -> str:
 
 class StoreSettings(_Strict):
     path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
+    # A process marks its stored runs in flight alive every heartbeat_seconds; one untouched for
+    # lost_after_seconds (its process died) reads back as failed with code run_lost.
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    lost_after_seconds: float = Field(default=30.0, gt=0)
 
 
 class LimitSettings(_Strict):

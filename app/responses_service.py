@@ -116,6 +116,10 @@ class Run:
     def id(self) -> str:
         return str(self.encoder.resource()["id"])
 
+    @property
+    def stored(self) -> bool:
+        return self._store
+
     def begin(self, stream: EventStream | None, route: ModelRoute, conv: Conversation,
               params: GenerationParams) -> None:
         for event in self.encoder.start():
@@ -171,17 +175,40 @@ class Run:
             self.task.cancel()
 
 
+def lost(resource: Json) -> Json:
+    """A run whose process died (kill -9, crash): it ends ``failed``, its open items incomplete."""
+    output = [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
+              for item in resource.get("output", [])]
+    return {**resource, "status": "failed", "output": output, "error": {
+        "code": "run_lost", "message": "The gateway process running this response stopped before "
+                                       "it finished; the response is incomplete."}}
+
+
 class ResponsesService:
     def __init__(self, registry: Registry, store: ResponseStore) -> None:
         self.registry = registry
         self.store = store
         self.inflight: dict[str, Run] = {}
 
+    async def heartbeat(self) -> None:
+        """Run for the life of the process: mark this process's stored runs as alive."""
+        while True:
+            await asyncio.sleep(self.registry.config.store.heartbeat_seconds)
+            ids = [rid for rid, run in self.inflight.items() if run.stored]
+            with contextlib.suppress(Exception):
+                await self.store.touch(ids)
+
     async def _stored(self, response_id: str, who: Principal, param: str = "response_id") -> StoredResponse:
-        """A stored response of ``who``'s tenant, on a model ``who`` may use; else 404."""
+        """A stored response of ``who``'s tenant, on a model ``who`` may use; else 404. One
+        stored as in flight whose process stopped heartbeating is ended as ``failed`` first."""
         stored = await self.store.get(response_id, who.tenant)
         if stored is None or not who.may_use(str(stored.resource.get("model"))):
             raise _not_found(response_id, param)
+        if (stored.resource.get("status") in ("queued", "in_progress")
+                and response_id not in self.inflight
+                and time.time() - stored.updated_at > self.registry.config.store.lost_after_seconds):
+            stored = StoredResponse(lost(stored.resource), stored.input_items, time.time())
+            await self.store.put(stored.resource, stored.input_items, who.tenant)
         return stored
 
     def _inflight(self, response_id: str, who: Principal) -> Run | None:
@@ -222,6 +249,13 @@ class ResponsesService:
             resource["ocm:truncation"] = {"dropped_messages": dropped}
         run = Run(self, ResponsesEncoder(resource), context, body.store, who)
         stream = None if body.background else await start(route, conv, params)
+        if body.store:  # stored from the start: a crash mid-run leaves a failed response, not a 404
+            try:
+                await self.store.put(run.encoder.snapshot(), context, who.tenant)
+            except BaseException:
+                if stream is not None:
+                    await stream.aclose()
+                raise
         run.begin(stream, route, conv, params)
         return run
 

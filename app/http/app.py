@@ -45,9 +45,11 @@ def create_app(config: GatewayConfig | None = None,
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
         app.state.responses = ResponsesService(registry, store)
+        heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
             yield
         finally:
+            heartbeat.cancel()
             runs = list(app.state.responses.inflight.values())
             for run in runs:
                 run.cancel()
