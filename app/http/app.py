@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from app.admission import Admission
 from app.config import GatewayConfig, load_config
-from app.http import errors, routes_chat, routes_meta, routes_responses, routes_sagemaker
+from app.http import errors, openapi, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
@@ -60,6 +60,7 @@ def create_app(config: GatewayConfig | None = None,
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [routes_chat.router, routes_meta.router, routes_responses.router, routes_sagemaker.router]
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model

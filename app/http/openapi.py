@@ -1,0 +1,93 @@
+"""The served OpenAPI document, made to tell the truth about the wire.
+
+FastAPI's generated document says every route answers 422 ``HTTPValidationError`` and 200
+with an empty schema. This gateway answers 400 with the OpenAI error object for invalid
+input (and 401 / 404 / 413 / 429 / 502 / 503 / 504 in the same shape), streams
+``text/event-stream`` when asked, and has real bodies. :func:`document` rewrites the
+generated document accordingly; the schemas are documentation only (responses are not
+built from pydantic models: tests validate them against the Open Responses OpenAPI
+document itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+Json = dict[str, Any]
+
+_ERROR: Json = {
+    "type": "object", "required": ["error"], "additionalProperties": False,
+    "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+}
+_USAGE: Json = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+                "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
+                               "total_tokens": {"type": "integer"}}}
+_CHAT_COMPLETION: Json = {
+    "type": "object", "required": ["id", "object", "created", "model", "choices"],
+    "properties": {
+        "id": {"type": "string"}, "object": {"const": "chat.completion"},
+        "created": {"type": "integer"}, "model": {"type": "string"},
+        "choices": {"type": "array", "items": {
+            "type": "object", "required": ["index", "message", "finish_reason"],
+            "properties": {"index": {"type": "integer"},
+                           "message": {"type": "object", "required": ["role"],
+                                       "properties": {"role": {"const": "assistant"},
+                                                      "content": {"type": ["string", "null"]},
+                                                      "reasoning_content": {"type": ["string", "null"]},
+                                                      "tool_calls": {"type": "array"}}},
+                           "finish_reason": {"enum": ["stop", "length", "tool_calls"]}}}},
+        "usage": _USAGE,
+    },
+}
+_RESPONSE: Json = {  # the Open Responses resource (the full schema is in the Open Responses spec)
+    "type": "object", "required": ["id", "object", "created_at", "status", "model", "output"],
+    "properties": {"id": {"type": "string"}, "object": {"const": "response"},
+                   "created_at": {"type": "integer"},
+                   "status": {"enum": ["queued", "in_progress", "completed", "incomplete", "failed",
+                                       "cancelled"]},
+                   "model": {"type": "string"}, "output": {"type": "array"}},
+}
+_SSE: Json = {"text/event-stream": {"schema": {"type": "string", "description": (
+    "Server-sent events, one JSON payload per `data:` line, ending with `data: [DONE]` (see README).")}}}
+_OK: dict[tuple[str, str], Json] = {
+    ("/v1/chat/completions", "post"): {"application/json": {"schema": _CHAT_COMPLETION}, **_SSE},
+    ("/invocations", "post"): {"application/json": {"schema": _CHAT_COMPLETION},
+                               "application/jsonlines": {"schema": {"type": "string"}}},
+    ("/v1/responses", "post"): {"application/json": {"schema": _RESPONSE}, **_SSE},
+    ("/v1/responses/{response_id}", "get"): {"application/json": {"schema": _RESPONSE}},
+    ("/v1/responses/{response_id}/cancel", "post"): {"application/json": {"schema": _RESPONSE}},
+    ("/metrics", "get"): {"text/plain": {"schema": {"type": "string"}}},
+}
+_ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key",
+           "404": "Unknown model, response or URL", "413": "Request body too large",
+           "429": "Rate limited", "502": "Backend failure", "503": "At capacity",
+           "504": "Backend timeout"}
+
+
+def document(app: FastAPI) -> Json:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    components["Error"] = _ERROR
+    for path, operations in doc.get("paths", {}).items():
+        for method, op in operations.items():
+            responses = op.setdefault("responses", {})
+            responses.pop("422", None)
+            ok = _OK.get((path, method))
+            if ok is not None:
+                responses.setdefault("200", {"description": "Successful Response"})["content"] = ok
+            if method == "post" or "{" in path:
+                for status, description in _ERRORS.items():
+                    responses[status] = {"description": description, "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    app.openapi_schema = doc
+    return doc
