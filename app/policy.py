@@ -11,35 +11,76 @@
 from __future__ import annotations
 
 from app import events as ev
-from app.model import Usage
+from app.model import TokenLogprob, Usage
 
 
 class StopSequences:
+    """Held text is kept as whole deltas, so every emitted delta carries exactly the logprobs
+    of the tokens behind its text (a delta cut by a stop string keeps those of the tokens
+    before the cut)."""
+
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = stops
         self._hold = max((len(s) for s in stops), default=1) - 1
-        self._buffer = ""
+        self._held: list[ev.TextDelta] = []
+        self._held_len = 0
         self.matched = False
 
     def feed(self, delta: ev.TextDelta) -> list[ev.Event]:
         """Returns text safe to emit; sets :attr:`matched` when a stop string is hit."""
         if not self._stops:
             return [delta]
-        self._buffer += delta.text
-        cut = min((i for i in (self._buffer.find(s) for s in self._stops) if i >= 0), default=-1)
+        self._held.append(delta)
+        self._held_len += len(delta.text)
+        text = "".join(d.text for d in self._held)  # at most ~ the longest stop string + a delta
+        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
         if cut >= 0:
             self.matched = True
-            text, self._buffer = self._buffer[:cut], ""
-            return [ev.TextDelta(text, delta.logprobs)] if text else []
-        safe = len(self._buffer) - self._hold
-        if safe <= 0:
-            return []
-        text, self._buffer = self._buffer[:safe], self._buffer[safe:]
-        return [ev.TextDelta(text, delta.logprobs)]
+            return self._take(cut)
+        # A delta is safe once no stop string could start inside it: it ends at least
+        # ``hold`` characters before the end of what is held.
+        out: list[ev.Event] = []
+        safe = self._held_len - self._hold
+        while self._held and len(self._held[0].text) <= safe:
+            done = self._held.pop(0)
+            safe -= len(done.text)
+            self._held_len -= len(done.text)
+            out.append(done)
+        return out
+
+    def _take(self, cut: int) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        pos = 0
+        for delta in self._held:
+            if pos + len(delta.text) <= cut:
+                out.append(delta)
+                pos += len(delta.text)
+                continue
+            part = delta.text[:cut - pos]
+            if part:
+                out.append(ev.TextDelta(part, _logprobs_within(delta, len(part))))
+            break
+        self._held, self._held_len = [], 0
+        return [d for d in out if isinstance(d, ev.TextDelta) and d.text]
 
     def flush(self) -> list[ev.Event]:
-        text, self._buffer = self._buffer, ""
-        return [ev.TextDelta(text)] if text else []
+        out: list[ev.Event] = [d for d in self._held if d.text]
+        self._held, self._held_len = [], 0
+        return out
+
+
+def _logprobs_within(delta: ev.TextDelta, chars: int) -> tuple[TokenLogprob, ...] | None:
+    """The logprobs of the tokens whose text lies within the first ``chars`` characters."""
+    if not delta.logprobs:
+        return None
+    kept: list[TokenLogprob] = []
+    end = 0
+    for lp in delta.logprobs:
+        end += len(lp.token)
+        if end > chars:
+            break
+        kept.append(lp)
+    return tuple(kept) or None
 
 
 class ToolGuard:
