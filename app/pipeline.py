@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from adapters.base import Backend, Tokenizer
 from app import events as ev
@@ -140,12 +141,13 @@ class EventStream:
     def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
                  parser: EventParser, params: GenerationParams,
                  allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
-                 release: Callable[[], None] | None = None) -> None:
+                 release: Callable[[], None] | None = None,
+                 strict_tools: dict[str, dict[str, Any] | None] | None = None) -> None:
         self._first = first
         self._chunks = chunks
         self._parser = parser
         self._stops = StopSequences(params.stop)
-        self._guard = ToolGuard(allowed_tools)
+        self._guard = ToolGuard(allowed_tools, strict_tools)
         self._iter = self._run()
         self._model = model
         self._upstream = upstream_seconds  # time spent awaiting the backend so far
@@ -223,8 +225,9 @@ class EventStream:
                 if isinstance(event, (ev.PartDone, ev.Finished)):
                     for out in self._stops.flush():
                         yield out
-                if isinstance(event, ev.ToolCallStarted):
-                    error = self._guard.check(event)
+                if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):
+                    error = (self._guard.check(event) if isinstance(event, ev.ToolCallStarted)
+                             else self._guard.check_arguments(event))
                     if error is not None:
                         self._observe(error)
                         yield error
@@ -311,5 +314,7 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     ttft = time.perf_counter() - t0
     if stats is not None:
         stats.metrics.ttft.labels(route.name).observe(ttft)
+    strict = {t.name: t.parameters for t in conv.tools if t.strict}
     return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
-                       release=admission.release if admission is not None else None)
+                       release=admission.release if admission is not None else None,
+                       strict_tools=strict)

@@ -5,13 +5,17 @@
   backend-side stop string would match).  Text is held back while it could be the
   start of a stop string; on a match the answer ends with ``finish_reason: stop``.
 * :class:`ToolGuard` — a tool call to a function that was not offered (or not
-  allowed by ``tool_choice``) is never passed on; the answer ends with an error.
+  allowed by ``tool_choice``) is never passed on; the answer ends with an error. So does a
+  call to a ``strict`` function whose arguments do not match its schema.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from app import events as ev
 from app.model import TokenLogprob, Usage
+from app.schema_check import arguments_problem
 
 
 class StopSequences:
@@ -84,8 +88,12 @@ def _logprobs_within(delta: ev.TextDelta, chars: int) -> tuple[TokenLogprob, ...
 
 
 class ToolGuard:
-    def __init__(self, allowed: frozenset[str]) -> None:
+    """Calls only to allowed functions; a ``strict`` tool's arguments must match its schema."""
+
+    def __init__(self, allowed: frozenset[str], strict: dict[str, dict[str, Any] | None] | None = None,
+                 ) -> None:
         self._allowed = allowed
+        self._strict = strict or {}
 
     def check(self, event: ev.ToolCallStarted) -> ev.Error | None:
         if event.name in self._allowed:
@@ -96,6 +104,15 @@ class ToolGuard:
             f"allow (allowed: {offered}). The call was not returned.",
             code="tool_not_allowed",
         )
+
+    def check_arguments(self, event: ev.ToolCallDone) -> ev.Error | None:
+        if event.name not in self._strict:
+            return None
+        problem = arguments_problem(event.arguments, self._strict[event.name])
+        if problem is None:
+            return None
+        return ev.Error(f"The model's call to the strict function {event.name!r} does not match "
+                        f"its parameters schema: {problem}.", code="invalid_tool_arguments")
 
 
 def stop_finish(usage: Usage) -> list[ev.Event]:

@@ -178,7 +178,9 @@ def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
             raise InvalidRequest(f"Duplicate tool name {t.name!r}.", param=f"tools[{i}].name")
         if t.parameters is not None:
             check_json_schema(t.parameters, f"tools[{i}].parameters")
-        tools.append(FunctionTool(t.name, t.description, t.parameters, t.strict))
+        # Open Responses function tools are strict unless they say otherwise (echoed so).
+        tools.append(FunctionTool(t.name, t.description, t.parameters,
+                                  t.strict if t.strict is not None else True))
     return tuple(tools)
 
 

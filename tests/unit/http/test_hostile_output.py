@@ -127,3 +127,52 @@ async def test_max_output_tokens_leaves_the_cut_item_incomplete() -> None:
     assert [item["status"] for item in final["output"]] == ["incomplete"]
     done = [e["item"]["status"] for e in stream if e["type"] == "response.output_item.done"]
     assert done == ["incomplete"]
+
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "strict": True, "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+    "additionalProperties": False}}
+
+
+@pytest.mark.parametrize(("arguments", "ok"), [
+    ('{"city":"Paris"}', True),
+    ("The user greets me; reply politely.", False),
+    ('{"town":"Paris"}', False),
+    ('{"city":5}', False),
+    ('["Paris"]', False),
+])
+async def test_strict_tool_arguments_must_match_the_schema(arguments: str, ok: bool) -> None:
+    script = f"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{arguments}<|call|>"
+    events = [*_tokens(script), _event([], "", stop=True)]
+    async with gateway(_upstream(events)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [WEATHER_TOOL],
+                                                "tool_choice": "auto"})
+        body = r.json()
+        if ok:
+            assert r.status_code == 200 and body["output"][-1]["arguments"] == arguments
+        else:
+            assert r.status_code == 502 and body["error"]["code"] == "invalid_tool_arguments"
+        # Chat Completions: strict only when the tool says so.
+        tool = {"type": "function", "function": {k: v for k, v in WEATHER_TOOL.items() if k != "type"}}
+        for strict in (True, False):
+            tool["function"]["strict"] = strict
+            r = await c.post("/v1/chat/completions", json={
+                "model": MODEL, "messages": USER, "tools": [tool], "tool_choice": "auto"})
+            if ok or not strict:
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == arguments
+            else:
+                assert r.status_code == 502 and r.json()["error"]["code"] == "invalid_tool_arguments"
+
+
+async def test_forced_function_with_prose_arguments_fails_clearly() -> None:
+    """The measured case: a forced call (prefilled header) whose "arguments" are prose."""
+    events = [*_tokens("The user greets me; reply politely.<|call|>"), _event([], "", stop=True)]
+    async with gateway(_upstream(events)) as c:
+        r = await c.post("/v1/responses", json={
+            "model": MODEL, "input": "hi", "tools": [WEATHER_TOOL], "stream": True,
+            "tool_choice": {"type": "function", "name": "get_weather"}})
+    stream = [p for p in sse_payloads(r.text) if p != "[DONE]"]
+    final = check_stream(stream)
+    assert final["status"] == "failed" and final["error"]["code"] == "invalid_tool_arguments"
+    assert "not JSON" in final["error"]["message"]
