@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,8 +13,6 @@ from starlette.responses import Response
 from app.errors import GatewayError
 from app.http.body import BodyRejected
 from app.http.responses import JSONResponse, error_payload, error_response
-
-log = logging.getLogger("ocm_gateway")
 
 
 def _param(loc: Sequence[Any]) -> str | None:
@@ -78,12 +75,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                         status_code=status, headers=headers)
 
 
-async def _unexpected(_: Request, exc: Exception) -> Response:
-    log.exception("unhandled error", exc_info=exc)
-    return JSONResponse(error_payload("The gateway failed unexpectedly.", "server_error",
-                                      "internal_error"), status_code=500)
-
-
 def install(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     app.state.static_paths = frozenset(
         path for router in routers for route in router.routes
@@ -91,4 +82,3 @@ def install(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)

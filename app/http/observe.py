@@ -2,7 +2,8 @@
 
 Every response carries ``x-request-id`` (the client's, if it sent a sane one, else a
 new one); one JSON log line per request records method, path, status, model,
-duration and upstream time.
+duration and upstream time. An exception that escapes the app before its response started
+becomes a 500 with an OpenAI error body and the request id (never a reset connection).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics as m
+from app.http.responses import JSONResponse, error_payload
 from app.ids import random_id
 
 log = logging.getLogger("ocm_gateway.access")
+log_errors = logging.getLogger("ocm_gateway")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -52,16 +55,28 @@ class ObserveMiddleware:
         status = 500
         t0 = time.perf_counter()
 
+        started = False
+
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started = True
                 message["headers"] = [*message.get("headers", []),
                                       (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except Exception as exc:
+            # A bug below: answer it here, with the request id and an OpenAI error body, rather
+            # than let the server reset the connection. Once a response has started there is
+            # nothing left to say but to end it.
+            log_errors.exception("unhandled error (request %s)", request_id, exc_info=exc)
+            if started:
+                raise
+            await JSONResponse(error_payload("The gateway failed unexpectedly.", "server_error",
+                                             "internal_error"), status_code=500)(scope, receive, send_wrapper)
         finally:
             m.end(token)
             elapsed = time.perf_counter() - t0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.gateway import MODEL, config, gateway
@@ -162,3 +163,24 @@ async def test_upstream_429_passes_retry_after() -> None:
         r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
     assert r.status_code == 429 and r.headers["retry-after"] == "7"
     assert _assert_error_shape(r.json())["type"] == "rate_limit_error"
+
+
+async def test_a_bug_is_a_500_with_the_request_id_not_a_reset() -> None:
+    """Whatever escapes a route before its response started is answered by the outermost
+    gateway middleware: an OpenAI error body, the request id, the connection kept."""
+    from app.http.app import create_app
+
+    app = create_app(config(), transport=Replay("03a_completion_tokenids_stream").transport())
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/boom", boom)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as c:
+            r = await c.get("/boom", headers={"x-request-id": "req-123"})
+            assert r.status_code == 500 and r.headers["x-request-id"] == "req-123"
+            assert _assert_error_shape(r.json())["code"] == "internal_error"
+            assert "a bug" not in r.text  # no internals leak
+            assert (await c.get("/health")).status_code == 200

@@ -160,7 +160,8 @@ async def test_strict_tool_arguments_must_match_the_schema(arguments: str, ok: b
                 "model": MODEL, "messages": USER, "tools": [tool], "tool_choice": "auto"})
             if ok or not strict:
                 assert r.status_code == 200, r.text
-                assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == arguments
+                call = r.json()["choices"][0]["message"]["tool_calls"][0]
+                assert call["function"]["arguments"] == arguments
             else:
                 assert r.status_code == 502 and r.json()["error"]["code"] == "invalid_tool_arguments"
 
