@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from app.errors import InvalidRequest
 
@@ -72,22 +73,9 @@ def _check_schema(schema: object, at: str, depth: int) -> None:
     enum = schema.get("enum")
     if enum is not None and not isinstance(enum, list):
         raise _bad(f"{at}.enum", "must be a list.")
-    for key in _SUBSCHEMA_MAPS:
-        children = schema.get(key)
-        if children is None:
-            continue
-        if not isinstance(children, dict):
-            raise _bad(f"{at}.{key}", "must be an object of schemas.")
-        for name, child in children.items():
-            _check_schema(child, f"{at}.{key}.{name}", depth + 1)
-    for key in _SUBSCHEMA_LISTS:
-        children = schema.get(key)
-        if children is None:
-            continue
-        if not isinstance(children, list):
-            raise _bad(f"{at}.{key}", "must be a list of schemas.")
-        for i, child in enumerate(children):
-            _check_schema(child, f"{at}.{key}[{i}]", depth + 1)
+    for key, children in _children(schema, at):
+        for where, child in children:
+            _check_schema(child, f"{at}.{key}{where}", depth + 1)
     for key in _SUBSCHEMAS:
         if key in schema:
             child = schema[key]
@@ -96,3 +84,21 @@ def _check_schema(schema: object, at: str, depth: int) -> None:
                     _check_schema(item, f"{at}.items[{i}]", depth + 1)
             else:
                 _check_schema(child, f"{at}.{key}", depth + 1)
+
+
+def _children(schema: dict[str, Any], at: str) -> list[tuple[str, list[tuple[str, object]]]]:
+    """The subschemas under keywords that hold an object or a list of them, with their paths."""
+    out: list[tuple[str, list[tuple[str, object]]]] = []
+    for key in (*_SUBSCHEMA_MAPS, *_SUBSCHEMA_LISTS):
+        value = schema.get(key)
+        if value is None:
+            continue
+        if key in _SUBSCHEMA_MAPS:
+            if not isinstance(value, dict):
+                raise _bad(f"{at}.{key}", "must be an object of schemas.")
+            out.append((key, [(f".{name}", child) for name, child in value.items()]))
+        else:
+            if not isinstance(value, list):
+                raise _bad(f"{at}.{key}", "must be a list of schemas.")
+            out.append((key, [(f"[{i}]", child) for i, child in enumerate(value)]))
+    return out

@@ -8,24 +8,15 @@ level so the disconnect is exactly the ``http.disconnect`` message a server send
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 import httpx
 
 from app.http.app import create_app
+from tests.support.asgi import AsgiPost
 from tests.support.gateway import MODEL, config
 from tests.support.slow_upstream import EndlessUpstream
-
-
-def _scope(body: bytes) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-            "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5555),
-            "server": ("gateway", 80),
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())]}
 
 
 async def _run(stream: bool) -> tuple[EndlessUpstream, float, list[dict[str, Any]]]:
@@ -33,35 +24,22 @@ async def _run(stream: bool) -> tuple[EndlessUpstream, float, list[dict[str, Any
     transport = httpx.MockTransport(lambda request: httpx.Response(
         200, headers={"content-type": "text/event-stream"}, stream=upstream))
     app = create_app(config(), transport=transport)
-    body = json.dumps({"model": MODEL, "stream": stream,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()
-    disconnect = asyncio.Event()
-    sent: list[dict[str, Any]] = []
-    delivered = False
+    def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
+        body = message.get("body", b"") if message["type"] == "http.response.body" else b""
+        if b"Hello" in body or b'"content":"x"' in body:
+            post.gone.set()
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await disconnect.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-        if (message["type"] == "http.response.body" and b"Hello" in message.get("body", b"")) or (
-                message["type"] == "http.response.body" and b'"content":"x"' in message.get("body", b"")):
-            disconnect.set()
-
+    post = AsgiPost("/v1/chat/completions", {"model": MODEL, "stream": stream,
+                                             "messages": [{"role": "user", "content": "hi"}]}, on_send)
     async with app.router.lifespan_context(app):
-        task = asyncio.ensure_future(app(_scope(body), receive, send))
+        task = post.start(app)
         if not stream:
             await upstream.five_sent.wait()
-            disconnect.set()
-        await disconnect.wait()
+            post.gone.set()
+        await post.gone.wait()
         t_disconnect = time.monotonic()
         await asyncio.wait_for(task, timeout=5)
-    return upstream, t_disconnect, sent
+    return upstream, t_disconnect, post.sent
 
 
 async def test_stream_disconnect_closes_upstream() -> None:

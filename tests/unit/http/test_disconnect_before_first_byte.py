@@ -4,7 +4,6 @@ and is never retried on another replica (real loopback upstreams that never answ
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -12,17 +11,11 @@ import httpx
 import pytest
 
 from app.http.app import create_app
+from tests.support.asgi import AsgiPost
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def _scope(path: str) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-            "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
-            "headers": [(b"content-type", b"application/json")]}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -41,30 +34,15 @@ async def test_disconnect_while_waiting_for_the_first_byte(api: str, stream: boo
             payload["messages"] = [{"role": "user", "content": "hi"}]
         else:
             payload["input"] = "hi"
-        body = json.dumps(payload).encode()
-        gone = asyncio.Event()
-        delivered = False
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
+        post = AsgiPost(path, payload)
         async with app.router.lifespan_context(app):
-            task = asyncio.ensure_future(app(_scope(path), receive, send))
+            task = post.start(app)
             for _ in range(200):  # wait until the first replica holds the request
                 if first.requests:
                     break
                 await asyncio.sleep(0.005)
             await asyncio.sleep(0.1)
-            gone.set()
+            post.gone.set()
             t_gone = time.monotonic()
             await asyncio.wait_for(task, timeout=5)
             for _ in range(100):

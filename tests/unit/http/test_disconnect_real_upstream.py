@@ -7,7 +7,6 @@ and records when its connection was closed.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from app.http.app import create_app
+from tests.support.asgi import AsgiPost
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 
@@ -30,33 +30,14 @@ async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> Non
         path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
         payload = ({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
                    if api == "chat" else {"model": MODEL, "stream": True, "input": "hi"})
-        body = json.dumps(payload).encode()
-        disconnect = asyncio.Event()
-        delivered = False
-        chunks = 0
+        def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
+            if post.body_chunks >= 5:
+                post.gone.set()
 
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await disconnect.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            nonlocal chunks
-            if message["type"] == "http.response.body" and message.get("body"):
-                chunks += 1
-                if chunks >= 5:
-                    disconnect.set()
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
-                 "headers": [(b"content-type", b"application/json")]}
+        post = AsgiPost(path, payload, on_send)
         async with app.router.lifespan_context(app):
-            task = asyncio.ensure_future(app(scope, receive, send))
-            await asyncio.wait_for(disconnect.wait(), timeout=5)
+            task = post.start(app)
+            await asyncio.wait_for(post.gone.wait(), timeout=5)
             t_disconnect = time.monotonic()
             await asyncio.wait_for(task, timeout=5)
             for _ in range(100):
@@ -69,6 +50,6 @@ async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> Non
                     break
                 await asyncio.sleep(0.005)
     assert admission.inflight == 0 and admission.queued == 0, "the generation slot leaked"
-    assert upstream.requests == 1 and chunks >= 5
+    assert upstream.requests == 1 and post.body_chunks >= 5
     assert upstream.closed_at, "the upstream connection was never closed"
     assert upstream.closed_at[0] - t_disconnect < 0.1

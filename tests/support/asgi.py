@@ -1,0 +1,45 @@
+"""Drive the app at the ASGI level with one POST whose client can leave at any moment: the
+disconnect is exactly the ``http.disconnect`` message a server sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+Message = dict[str, Any]
+
+
+class AsgiPost:
+    def __init__(self, path: str, payload: dict[str, Any],
+                 on_send: Callable[[AsgiPost, Message], None] | None = None) -> None:
+        self.body = json.dumps(payload).encode()
+        self.scope: Message = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 5555), "server": ("gateway", 80),
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(self.body)).encode())]}
+        self.gone = asyncio.Event()  # set it to make the client disconnect
+        self.sent: list[Message] = []
+        self.body_chunks = 0
+        self._on_send = on_send
+        self._delivered = False
+
+    async def receive(self) -> Message:
+        if not self._delivered:
+            self._delivered = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            self.body_chunks += 1
+        if self._on_send is not None:
+            self._on_send(self, message)
+
+    def start(self, app: Any) -> asyncio.Future[None]:
+        return asyncio.ensure_future(app(self.scope, self.receive, self.send))
