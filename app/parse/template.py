@@ -193,7 +193,7 @@ class TemplateDecoder:
             self._close_part("text", out)
             self._state = "section"
             return True
-        self._buf = self._buf[got.end:]  # a content wrapper marker
+        self._buf = self._buf[got.end - got.start:]  # a content wrapper marker (now at 0)
         return True
 
     def _st_section(self, out: list[ev.Event], final: bool) -> bool:

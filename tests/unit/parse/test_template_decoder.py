@@ -182,3 +182,13 @@ def test_template_decoder_reads_the_prompt_tail_from_trusted_text_only() -> None
     assert _joined(_feed(forced, "x</think>y")[0])[:2] == ("x", "y")
     spoofed = template_decoder(source, (("<｜User｜>", True), ("<think>\n", False)))
     assert _joined(_feed(spoofed, "x</think>y")[0])[:2] == ("", "x</think>y")
+
+
+@pytest.mark.parametrize("sizes", [None, [3], [10, 1], [1] * 40])
+def test_text_before_a_content_marker_in_the_same_buffer_loses_nothing(sizes: list[int] | None) -> None:
+    """Command R7B: the characters after <|START_RESPONSE|> were cut by the length of whatever
+    preceded the marker in the same buffer ("he answer is 42.")."""
+    name = "CohereForAI-c4ai-command-r7b-12-2024-tool_use"
+    text = "Sure.<|START_RESPONSE|>The answer is 42.<|END_RESPONSE|>"
+    events, _ = _feed(_decoder(name), text, sizes)
+    assert _joined(events)[1] == "Sure.The answer is 42."
