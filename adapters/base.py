@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import anyio
 import httpx
 import orjson
 
@@ -104,13 +105,20 @@ ErrorMapper = Callable[[int, bytes, httpx.Headers], GatewayError]
 
 async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[str, Any],
                    backend: str, *, headers: Mapping[str, str] | None = None,
-                   errors: ErrorMapper = status_error) -> AsyncIterator[dict[str, Any]]:
+                   errors: ErrorMapper = status_error,
+                   is_last: Callable[[dict[str, Any]], bool] | None = None,
+                   ) -> AsyncIterator[dict[str, Any]]:
     """POST ``body`` as JSON and yield each SSE ``data`` payload as a JSON object.
 
     Non-200 answers (mapped by ``errors``) and transport failures raise typed gateway
     errors; ``headers`` are added to the request (e.g. auth); ``[DONE]`` is
     skipped.  Leaving the iteration early closes the upstream response (and with it the
     connection), which is how a client disconnect cancels the generation.
+
+    ``is_last`` recognises the backend's final event (the one after which the gateway stops
+    reading): the rest of the body, normally only the end of the chunked encoding and a
+    ``[DONE]``, is read before that event is yielded, so the finished response leaves its
+    connection in the pool for the next request instead of being closed with it.
     """
     decoder = SSEDecoder()
     try:
@@ -121,15 +129,45 @@ async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[s
         ) as response:
             if response.status_code != 200:
                 raise errors(response.status_code, await response.aread(), response.headers)
-            async for raw in response.aiter_raw():
-                for data in decoder.decode(raw):
-                    if data != "[DONE]":
-                        yield _json_event(data, backend)
+            raws = response.aiter_raw()
+            async for raw in raws:
+                pending = decoder.decode(raw)
+                for i, data in enumerate(pending):
+                    if data == "[DONE]":
+                        continue
+                    event = _json_event(data, backend)
+                    if is_last is not None and is_last(event):
+                        rest = pending[i + 1:] + await _drain(raws, decoder)
+                        yield event
+                        for data in rest:
+                            if data != "[DONE]":
+                                yield _json_event(data, backend)
+                        return
+                    yield event
             for data in decoder.flush():
                 if data != "[DONE]":
                     yield _json_event(data, backend)
     except httpx.HTTPError as exc:
         raise transport_error(exc, base) from exc
+
+
+def usage_only(event: dict[str, Any]) -> bool:
+    """The final event of an OpenAI-style stream with ``include_usage``: usage, no choices."""
+    return event.get("usage") is not None and not event.get("choices")
+
+
+DRAIN_SECONDS = 1.0
+
+
+async def _drain(raws: AsyncIterator[bytes], decoder: SSEDecoder) -> list[str]:
+    """What is left of a finished response body (bounded in time: a backend that keeps the
+    body open is simply closed, as before)."""
+    rest: list[str] = []
+    with anyio.move_on_after(DRAIN_SECONDS):
+        async for raw in raws:
+            rest += decoder.decode(raw)
+        rest += decoder.flush()
+    return rest
 
 
 MAX_TOKEN_ID = 2**31  # no vocabulary comes near; anything at or above is not a token id

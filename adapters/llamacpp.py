@@ -167,7 +167,8 @@ class LlamaCppBackend:
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         body = self.request_body(prompt, params)
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, base, "/completion", body, "llama.cpp")
+            return post_sse(self._client, base, "/completion", body, "llama.cpp",
+                            is_last=lambda event: event.get("stop") is True)
 
         # aclosing: a client disconnect closes the upstream response now, not at GC time.
         async with aclosing(failover(self.pool, open_stream)) as events:

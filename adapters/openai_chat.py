@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from adapters.base import Capabilities, any_healthy, post_sse
+from adapters.base import Capabilities, any_healthy, post_sse, usage_only
 from adapters.chat_messages import (
     body_error,
     conversation,
@@ -257,7 +257,7 @@ class OpenAIChatBackend:
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
             return post_sse(self._client, api_root(base), "/chat/completions", body,
                             "The OpenAI-compatible backend", headers=self._headers,
-                            errors=_errors)
+                            errors=_errors, is_last=usage_only)
 
         # aclosing: a client disconnect closes the upstream response now, not at GC time.
         async with aclosing(failover(self.pool, open_stream)) as events:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, any_healthy, post_sse, token_ids
+from adapters.base import Capabilities, any_healthy, post_sse, token_ids, usage_only
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -108,7 +108,7 @@ class VLLMBackend:
     async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         body = self.request_body(prompt, params)
         def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, base, "/v1/completions", body, "vLLM")
+            return post_sse(self._client, base, "/v1/completions", body, "vLLM", is_last=usage_only)
 
         # aclosing: a client disconnect closes the upstream response now, not at GC time.
         async with aclosing(failover(self.pool, open_stream)) as events:

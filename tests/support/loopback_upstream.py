@@ -25,70 +25,78 @@ class LoopbackUpstream:
 
     def __init__(self, interval: float = 0.02, mode: str = "endless",
                  events: list[bytes] | None = None, truncate_after: int = 3,
-                 dialect: str = "llamacpp") -> None:
+                 dialect: str = "llamacpp", keep_alive: bool = False) -> None:
         self.interval = interval
         self.dialect = dialect
         self.mode = mode
         self.events = events or []
         self.truncate_after = truncate_after
         self.requests = 0
+        self.connections = 0
+        self.keep_alive = keep_alive
         self.closed_at: list[float] = []
         self.port = 0
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            if head.startswith(b"GET /health"):
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b'content-length: 15\r\n\r\n{"status":"ok"}')
-                await writer.drain()
-                return
-            self.requests += 1
-            if self.mode == "stall":
-                await reader.read()  # never answers; returns when the client closes
-                return
-            if self.mode == "empty":  # 200, then the body ends before any event
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                             b"content-length: 0\r\n\r\n")
-                await writer.drain()
-                return
-            if self.mode == "error500":
-                body = b'{"error":{"code":500,"message":"boom","type":"server_error"}}'
-                writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
-                             + f"content-length: {len(body)}\r\n\r\n".encode() + body)
-                await writer.drain()
-                return
-            ctype = b"application/x-ndjson" if self.dialect == "ollama" else b"text/event-stream"
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype +
-                         b"\r\ntransfer-encoding: chunked\r\n\r\n")
-            if self.mode in ("final", "truncate"):
-                events = self.events if self.mode == "final" else self.events[:self.truncate_after]
-                for data in events:
-                    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    await writer.drain()
-                if self.mode == "final":
-                    writer.write(b"0\r\n\r\n")
-                    await writer.drain()
-                else:
-                    writer.transport.abort()
-                return
-            n = 0
-            while True:
-                data = self._endless_event(n)
-                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                await writer.drain()
-                n += 1
-                await asyncio.sleep(self.interval)
+            await self._serve(reader, writer)
+            while self.keep_alive and self.mode == "final":  # HTTP/1.1 keep-alive: next request
+                await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
             self.closed_at.append(time.monotonic())
             writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        if head.startswith(b"GET /health"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b'content-length: 15\r\n\r\n{"status":"ok"}')
+            await writer.drain()
+            return
+        self.requests += 1
+        if self.mode == "stall":
+            await reader.read()  # never answers; returns when the client closes
+            return
+        if self.mode == "empty":  # 200, then the body ends before any event
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"content-length: 0\r\n\r\n")
+            await writer.drain()
+            return
+        if self.mode == "error500":
+            body = b'{"error":{"code":500,"message":"boom","type":"server_error"}}'
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                         + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            await writer.drain()
+            return
+        ctype = b"application/x-ndjson" if self.dialect == "ollama" else b"text/event-stream"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype +
+                     b"\r\ntransfer-encoding: chunked\r\n\r\n")
+        if self.mode in ("final", "truncate"):
+            events = self.events if self.mode == "final" else self.events[:self.truncate_after]
+            for data in events:
+                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                await writer.drain()
+            if self.mode == "final":
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+            else:
+                writer.transport.abort()
+            return
+        n = 0
+        while True:
+            data = self._endless_event(n)
+            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await writer.drain()
+            n += 1
+            await asyncio.sleep(self.interval)
 
     def _endless_event(self, n: int) -> bytes:
         """Event ``n`` of an endless answer in the backend's own stream framing."""

@@ -145,3 +145,18 @@ async def test_outstanding_returns_to_zero_however_the_attempt_ends(mode: str) -
             pool = c._transport.app.state.registry.routes[MODEL].backend.pool  # type: ignore[attr-defined]
     assert r.status_code == (200 if mode == "final" else 502 if mode != "stall" else 504), r.text
     assert [x.outstanding for x in pool.replicas] == [0]
+
+
+async def test_finished_answers_leave_their_upstream_connection_for_the_next_request() -> None:
+    """The recorded llama.cpp answer over a keep-alive loopback server: ten requests, streaming
+    and not, one TCP connection (before: one connection per request, the body's end unread)."""
+    upstream = LoopbackUpstream(mode="final", events=FINAL, keep_alive=True)
+    with _servers(upstream) as urls:
+        async with gateway(httpx.AsyncHTTPTransport(), _cfg(urls)) as c:
+            for n in range(10):
+                r = await c.post("/v1/chat/completions", json={**CHAT, "stream": n % 2 == 0})
+                assert r.status_code == 200
+                assert (r.text.endswith("data: [DONE]\n\n") if n % 2 == 0 else
+                        r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!")
+    assert upstream.requests == 10
+    assert upstream.connections == 1
