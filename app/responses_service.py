@@ -75,7 +75,7 @@ def _resource(body: CreateResponseBody, response_id: str, params: GenerationPara
     fmt: Json = {"type": "text"}
     f = body.text.format if body.text else None
     if isinstance(f, TextFormatJSONSchema):
-        fmt = {"type": "json_schema", "name": f.name, "description": f.description, "schema": f.schema_,
+        fmt = {"type": "json_schema", "name": f.name, "description": f.description, "schema": None,
                "strict": bool(f.strict)}
     elif f is not None:
         fmt = {"type": f.type}
