@@ -75,6 +75,7 @@ def _resource(body: CreateResponseBody, response_id: str, params: GenerationPara
     fmt: Json = {"type": "text"}
     f = body.text.format if body.text else None
     if isinstance(f, TextFormatJSONSchema):
+        # The Open Responses document types the echoed schema as null (JsonSchemaResponseFormat).
         fmt = {"type": "json_schema", "name": f.name, "description": f.description, "schema": None,
                "strict": bool(f.strict)}
     elif f is not None:
