@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,8 +48,52 @@ class Backend(Protocol):
     def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]: ...
 
     async def ready(self) -> bool:
-        """True when at least one replica answers its health check."""
+        """True when at least one replica answers its health check (and serves the model)."""
         ...
+
+
+@runtime_checkable
+class WindowDiscovery(Protocol):
+    """A backend that can say how many tokens (prompt + generation) one request may use."""
+
+    async def context_window(self) -> int | None:
+        """The backend's real context per request, or None when it cannot be read now."""
+        ...
+
+
+class WindowCache:
+    """Remembers a discovered context window; retries a failed discovery at most every
+    ``retry`` seconds, so a backend that is down is not asked on every request."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[int | None]], retry: float = 30.0) -> None:
+        self._fetch = fetch
+        self._retry = retry
+        self._value: int | None = None
+        self._next_try = 0.0
+
+    async def get(self) -> int | None:
+        if self._value is not None or time.monotonic() < self._next_try:
+            return self._value
+        try:
+            self._value = await self._fetch()
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            self._value = None
+        if self._value is None:
+            self._next_try = time.monotonic() + self._retry
+        return self._value
+
+
+async def get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str] | None = None,
+                   ) -> Any:
+    """``GET url`` as JSON within 2 s in all (a body that never ends counts as a failure);
+    None on any failure: discovery is best effort."""
+    with anyio.move_on_after(2.0):
+        try:
+            response = await client.get(url, headers=headers, timeout=2.0)
+            return orjson.loads(response.content) if response.status_code == 200 else None
+        except (httpx.HTTPError, orjson.JSONDecodeError):
+            return None
+    return None
 
 
 @runtime_checkable

@@ -19,7 +19,16 @@ from typing import Any
 import httpx
 import orjson
 
-from adapters.base import Capabilities, any_healthy, post_sse, status_error, token_ids, transport_error
+from adapters.base import (
+    Capabilities,
+    WindowCache,
+    any_healthy,
+    get_json,
+    post_sse,
+    status_error,
+    token_ids,
+    transport_error,
+)
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -89,8 +98,24 @@ class LlamaCppBackend:
         self.base_urls = [u.rstrip("/") for u in base_urls]
         self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
 
+        self._window = WindowCache(self._discover_window)
+
     async def ready(self) -> bool:
         return await any_healthy(self._client, self.base_urls)
+
+    async def context_window(self) -> int | None:
+        return await self._window.get()
+
+    async def _discover_window(self) -> int | None:
+        """The per-slot context from ``GET /props`` (``-c`` divided among ``-np`` slots); the
+        smallest over the replicas, since a request may land on any of them."""
+        windows = []
+        for url in self.base_urls:
+            props = await get_json(self._client, f"{url}/props")
+            n_ctx = (props or {}).get("default_generation_settings", {}).get("n_ctx")
+            if isinstance(n_ctx, int) and n_ctx > 0:
+                windows.append(n_ctx)
+        return min(windows) if windows else None
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, any_healthy, post_sse, token_ids, usage_only
+from adapters.base import Capabilities, WindowCache, get_json, post_sse, token_ids, usage_only
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from app.errors import InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
@@ -74,8 +74,28 @@ class VLLMBackend:
         self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
         self._model = served_model
 
+        self._window = WindowCache(self._discover_window)
+
     async def ready(self) -> bool:
-        return await any_healthy(self._client, self.base_urls)
+        """Healthy, and serving the configured model (a wrong ``upstream_model`` is not ready)."""
+        for url in self.base_urls:
+            models = await get_json(self._client, f"{url}/v1/models")
+            if any(m.get("id") == self._model for m in _models(models)):
+                return True
+        return False
+
+    async def context_window(self) -> int | None:
+        return await self._window.get()
+
+    async def _discover_window(self) -> int | None:
+        """``max_model_len`` of the served model in ``GET /v1/models`` (smallest over replicas)."""
+        windows = []
+        for url in self.base_urls:
+            for m in _models(await get_json(self._client, f"{url}/v1/models")):
+                if m.get("id") == self._model and isinstance(m.get("max_model_len"), int):
+                    windows.append(m["max_model_len"])
+        return min(windows) if windows else None
+
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is not None:
@@ -116,3 +136,8 @@ class VLLMBackend:
                 if "error" in event:
                     raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
                 yield event_to_chunk(event)
+
+
+def _models(listing: Any) -> list[dict[str, Any]]:
+    data = listing.get("data") if isinstance(listing, dict) else None
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from adapters.base import Backend, Tokenizer
+from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import events as ev
 from app import metrics
 from app.admission import Admission
@@ -109,22 +109,43 @@ async def tokenize(route: ModelRoute, prompt: Prompt) -> Prompt:
     return prompt
 
 
-def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams) -> GenerationParams:
+_warned: set[tuple[str, int]] = set()
+
+
+async def context_window(route: ModelRoute) -> int:
+    """The configured window, or the backend's real one where it can tell and it is smaller
+    (a llama.cpp slot of ``-c / -np`` tokens, vLLM's ``max_model_len``); a mismatch is
+    logged once."""
+    backend = route.backend
+    found = await backend.context_window() if isinstance(backend, WindowDiscovery) else None
+    if found is None:
+        return route.context_window
+    if found != route.context_window and (route.name, found) not in _warned:
+        _warned.add((route.name, found))
+        log.warning("model %r: context_window is %d in the config, but its backend accepts %d "
+                    "tokens per request; using %d", route.name, route.context_window, found,
+                    min(found, route.context_window))
+    return min(found, route.context_window)
+
+
+def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams,
+            window: int | None = None) -> GenerationParams:
     counted = prompt_tokens(prompt)
     if counted is None:
         return params  # the backend enforces its own context window
+    window = route.context_window if window is None else window
     n_prompt = counted
-    room = route.context_window - n_prompt
+    room = window - n_prompt
     if room <= 0:
         raise ContextLengthExceeded(
             f"The prompt is {n_prompt} tokens, which does not fit the context window of "
-            f"{route.context_window} tokens for model {route.name!r}.", param="messages")
+            f"{window} tokens for model {route.name!r}.", param="messages")
     if params.max_tokens is None or params.max_tokens > room:
         if params.max_tokens is not None and params.max_tokens > room:
             # Like OpenAI: max_tokens is a cap; asking beyond the window is an error.
             raise ContextLengthExceeded(
                 f"The prompt ({n_prompt} tokens) plus max_tokens ({params.max_tokens}) exceeds "
-                f"the context window of {route.context_window} tokens.", param="max_tokens")
+                f"the context window of {window} tokens.", param="max_tokens")
         return replace(params, max_tokens=room)
     return params
 
@@ -273,7 +294,7 @@ async def start(route: ModelRoute, conv: Conversation, params: GenerationParams)
     check_capabilities(route, params, conv)
     await route.format.prepare()
     prompt = await tokenize(route, render(route, conv, params))
-    params = _budget(route, prompt, params)
+    params = _budget(route, prompt, params, await context_window(route))
     allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()
     if params.tool_choice.allowed is not None:
         allowed &= set(params.tool_choice.allowed)

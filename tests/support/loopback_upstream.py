@@ -61,6 +61,10 @@ class LoopbackUpstream:
                          b'content-length: 15\r\n\r\n{"status":"ok"}')
             await writer.drain()
             return
+        if head.startswith(b"GET "):  # discovery (/props, /v1/models): not known here
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            return
         self.requests += 1
         if self.mode == "stall":
             await reader.read()  # never answers; returns when the client closes

@@ -28,3 +28,13 @@ class EndlessUpstream(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         self.closed_at = time.monotonic()
+
+
+def endless_transport(upstream: httpx.AsyncByteStream) -> httpx.MockTransport:
+    """Generation requests get ``upstream``'s stream; discovery GETs (``/props``,
+    ``/v1/models``) a 404, as from a server that does not say."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(404)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=upstream)
+    return httpx.MockTransport(handler)

@@ -112,3 +112,11 @@ async def test_mid_stream_error_event_raises() -> None:
             async for c in backend.stream(PROMPT, GenerationParams(max_tokens=1)):
                 got.append(c)
     assert [c.token_ids for c in got] == [(64,)]
+
+
+async def test_context_window_is_the_slot_size_from_props() -> None:
+    """The recorded ``GET /props`` of a llama-server with ``-c 2048 -np 1``."""
+    async with httpx.AsyncClient(transport=Replay("01b_get_props").transport()) as client:
+        assert await LlamaCppBackend(client, ["http://llama:8080"]).context_window() == 2048
+    async with httpx.AsyncClient(transport=Replay("03a_completion_tokenids_stream").transport()) as client:
+        assert await LlamaCppBackend(client, ["http://llama:8080"]).context_window() is None

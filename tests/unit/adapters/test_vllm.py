@@ -118,3 +118,37 @@ def test_text_safe_prompt_goes_as_text_and_segments_alone_are_refused() -> None:
     with pytest.raises(InvalidRequest):
         backend.request_body(Prompt(token_ids=None, segments=(("<x>", True), ("user", False))),
                              GenerationParams())
+
+
+def _models_and(record: Replay) -> httpx.MockTransport:
+    """The recorded ``GET /v1/models`` (tiny, max_model_len 2048) next to a generation recording."""
+    models = Replay("01a_get_v1_models", "vllm")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return models(request) if request.url.path == "/v1/models" else record(request)
+    return httpx.MockTransport(handler)
+
+
+async def test_window_and_readiness_come_from_v1_models() -> None:
+    async with httpx.AsyncClient(transport=_models_and(Replay("03_completions_tokenids_stream_usage",
+                                                              "vllm"))) as client:
+        served = VLLMBackend(client, ["http://vllm:8000"], "tiny")
+        wrong = VLLMBackend(client, ["http://vllm:8000"], "no-such-model")
+        assert await served.context_window() == 2048 and await served.ready()
+        assert await wrong.context_window() is None and not await wrong.ready()
+
+
+async def test_the_backend_window_bounds_max_tokens_and_prompts() -> None:
+    """Configured 8192 against vLLM's --max-model-len 2048: no max_tokens beyond 2048 is sent,
+    and a prompt over 2048 tokens is the gateway's own context_length_exceeded 400."""
+    record = Replay("03_completions_tokenids_stream_usage", "vllm")
+    cfg = config(backend="vllm", context_window=8192, upstream_model="tiny")
+    async with gateway(_models_and(record), cfg) as c:
+        r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "hi"}]})
+        sent = record.requests[-1]
+        assert sent["max_tokens"] == 2048 - len(sent["prompt"]), r.text
+        r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "word " * 2100}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert "2048" in r.json()["error"]["message"]

@@ -11,18 +11,15 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
-
 from app.http.app import create_app
 from tests.support.asgi import AsgiPost
 from tests.support.gateway import MODEL, config
-from tests.support.slow_upstream import EndlessUpstream
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 
 
 async def _run(stream: bool) -> tuple[EndlessUpstream, float, list[dict[str, Any]]]:
     upstream = EndlessUpstream()
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    transport = endless_transport(upstream)
     app = create_app(config(), transport=transport)
     def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
         body = message.get("body", b"") if message["type"] == "http.response.body" else b""

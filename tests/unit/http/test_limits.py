@@ -10,7 +10,7 @@ import httpx
 
 from app.config import GatewayConfig
 from tests.support.gateway import MODEL, config, gateway
-from tests.support.slow_upstream import EndlessUpstream
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.wire import Replay
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
@@ -63,8 +63,7 @@ async def test_tokens_per_minute() -> None:
 
 async def test_concurrency_limit() -> None:
     upstream = EndlessUpstream()
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    transport = endless_transport(upstream)
     async with gateway(transport, _cfg(max_concurrent=1)) as c:
         first = asyncio.ensure_future(c.post("/v1/responses", json={"model": MODEL, "input": "hi",
                                                                      "background": False}))

@@ -19,7 +19,7 @@ from app.vocab import harmony_encoding
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, config, gateway
 from tests.support.openresponses import check_stream, validate_error_body, validate_response
-from tests.support.slow_upstream import EndlessUpstream
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.wire import Replay
 
 REASONING = ("<|channel|>analysis<|message|>The user greets me; reply politely.<|end|>"
@@ -251,8 +251,7 @@ async def test_stored_response_survives_restart(tmp_path: Path) -> None:
 
 async def test_background_response_can_be_cancelled() -> None:
     upstream = EndlessUpstream()
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    transport = endless_transport(upstream)
     async with gateway(transport) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
         assert r.status_code == 200
@@ -296,8 +295,7 @@ async def test_named_tool_choice_forces_the_call() -> None:
 
 async def test_streaming_response_cancelled_in_flight() -> None:
     upstream = EndlessUpstream()
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    transport = endless_transport(upstream)
     async with gateway(transport) as c:
         task = asyncio.ensure_future(c.post("/v1/responses", json={"model": MODEL, "input": "hi",
                                                                     "stream": True}))

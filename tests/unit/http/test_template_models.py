@@ -90,7 +90,8 @@ async def test_template_fetched_from_backend_props_once() -> None:
         if request.url.path == "/props":
             props_calls.append(1)
             return httpx.Response(200, json={
-                "chat_template": builtin_template("gemma3"), "bos_token": "<bos>", "eos_token": "<eos>"})
+                "chat_template": builtin_template("gemma3"), "bos_token": "<bos>", "eos_token": "<eos>",
+                "default_generation_settings": {"n_ctx": 1024}})
         return fake(request)
 
     cfg = config(prompt_format="template", template={"from_backend": True})
@@ -99,8 +100,10 @@ async def test_template_fetched_from_backend_props_once() -> None:
             r = await client.post("/v1/chat/completions", json={
                 "model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hi"
-    assert props_calls == [1]
+    assert props_calls == [1, 1]  # the template once, the context window once, for all requests
     assert fake.completions[0]["prompt"][:2] == [MARKERS["<bos>"], MARKERS["<start_of_turn>"]]
+    # The slot holds 1024 tokens (config says 4096): the budget is the backend's.
+    assert fake.completions[0]["n_predict"] == 1024 - len(fake.completions[0]["prompt"])
 
 
 async def test_backend_without_template_is_a_clear_502() -> None:

@@ -16,7 +16,7 @@ import httpx
 
 from app.config import GatewayConfig
 from tests.support.gateway import MODEL, gateway
-from tests.support.slow_upstream import EndlessUpstream
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.wire import Replay
 
 KEYS = {"a": "key-a-secret", "b": "key-b-secret", "a-limited": "key-a-limited"}
@@ -74,8 +74,7 @@ async def test_other_tenants_and_excluded_models_get_404_everywhere(tmp_path: Pa
 
 async def test_in_flight_background_run_is_scoped_to_its_tenant() -> None:
     upstream = EndlessUpstream()
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=upstream))
+    transport = endless_transport(upstream)
     async with gateway(transport, _config()) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True},
                          headers=_as("a"))
