@@ -70,16 +70,20 @@ class WindowCache:
         self._retry = retry
         self._value: int | None = None
         self._next_try = 0.0
+        self._lock = anyio.Lock()
 
     async def get(self) -> int | None:
         if self._value is not None or time.monotonic() < self._next_try:
             return self._value
-        try:
-            self._value = await self._fetch()
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            self._value = None
-        if self._value is None:
-            self._next_try = time.monotonic() + self._retry
+        async with self._lock:  # concurrent first requests share one discovery
+            if self._value is not None or time.monotonic() < self._next_try:
+                return self._value
+            try:
+                self._value = await self._fetch()
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                self._value = None
+            if self._value is None:
+                self._next_try = time.monotonic() + self._retry
         return self._value
 
 

@@ -25,7 +25,7 @@ class LoopbackUpstream:
 
     def __init__(self, interval: float = 0.02, mode: str = "endless",
                  events: list[bytes] | None = None, truncate_after: int = 3,
-                 dialect: str = "llamacpp", keep_alive: bool = False) -> None:
+                 dialect: str = "llamacpp", keep_alive: bool = False, pace: bool = False) -> None:
         self.interval = interval
         self.dialect = dialect
         self.mode = mode
@@ -34,6 +34,7 @@ class LoopbackUpstream:
         self.requests = 0
         self.connections = 0
         self.keep_alive = keep_alive
+        self.pace = pace  # final / truncate: one event every ``interval`` instead of all at once
         self.closed_at: list[float] = []
         self.port = 0
 
@@ -88,6 +89,8 @@ class LoopbackUpstream:
             for data in events:
                 writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 await writer.drain()
+                if self.pace:
+                    await asyncio.sleep(self.interval)
             if self.mode == "final":
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()

@@ -104,7 +104,8 @@ async def test_least_outstanding_and_cooldown() -> None:
 
 
 async def test_concurrent_requests_spread_over_replicas() -> None:
-    a, b = LoopbackUpstream(mode="final", events=FINAL), LoopbackUpstream(mode="final", events=FINAL)
+    # Paced answers (~0.2 s each), so the six requests are really in flight together.
+    a, b = (LoopbackUpstream(mode="final", events=FINAL, pace=True, interval=0.01) for _ in range(2))
     with _servers(a, b) as urls:
         async with gateway(httpx.AsyncHTTPTransport(), _cfg(urls)) as c:
             results = await asyncio.gather(*(c.post("/v1/chat/completions", json=CHAT) for _ in range(6)))
