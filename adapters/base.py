@@ -37,6 +37,7 @@ class Capabilities:
     seed: bool = False
     json_schema: bool = False
     images: bool = False
+    ignore_eos: bool = False
 
 
 class Backend(Protocol):

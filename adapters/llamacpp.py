@@ -88,7 +88,8 @@ _BREAK_AFTER = re.compile(r"(?<=[<\[])")
 class LlamaCppBackend:
     kind = "llamacpp"
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=True, images=False, tokenize=True)
+                                seed=True, json_schema=True, images=False, tokenize=True,
+                                ignore_eos=True)
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
                  policy: RetryPolicy | None = None) -> None:
@@ -139,6 +140,8 @@ class LlamaCppBackend:
             body["presence_penalty"] = params.presence_penalty
         if prompt.stop_strings:
             body["stop"] = list(prompt.stop_strings)
+        if params.ignore_eos:
+            body["ignore_eos"] = True
         if params.logprobs:
             body["n_probs"] = max(params.top_logprobs, 1)
         if prompt.json_schema is not None:

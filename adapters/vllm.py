@@ -63,7 +63,7 @@ class VLLMBackend:
     kind = "vllm"
     # n > 1 is refused (400): the pipeline streams one choice; send n requests instead.
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=True, images=False)
+                                seed=True, json_schema=True, images=False, ignore_eos=True)
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str,
                  policy: RetryPolicy | None = None) -> None:
@@ -119,6 +119,8 @@ class VLLMBackend:
                 body[name] = value
         if prompt.stop_strings:
             body["stop"] = list(prompt.stop_strings)
+        if params.ignore_eos:
+            body["ignore_eos"] = True
         if params.logprobs:
             body["logprobs"] = max(params.top_logprobs, 1)
         if prompt.json_schema is not None:

@@ -104,6 +104,7 @@ class GenerationParams:
     reasoning_effort: ReasoningEffort | None = None
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
+    ignore_eos: bool = False  # keep generating past the model's end (benchmarks); the answer still ends there
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,7 @@ class ChatCompletionRequest(_Wire):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     seed: int | None = None
+    ignore_eos: bool = False  # seed 003 / vLLM / llama.cpp: generate max_tokens whatever the model says
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=128)
     stream: bool = False

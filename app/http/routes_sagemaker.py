@@ -40,9 +40,6 @@ async def invocations(request: Request) -> Response:
     if not isinstance(data, dict) or "messages" not in data:
         raise InvalidRequest("/invocations takes a chat completions body with 'messages' (the LMI "
                              "'inputs' schema is not supported).", param="messages")
-    if data.get("ignore_eos"):
-        raise InvalidRequest("ignore_eos would run past the end of the model's answer; it is not "
-                             "supported for this prompt format.", param="ignore_eos")
     if not data.get("model"):
         default = registry.config.default_model or (
             next(iter(registry.routes)) if len(registry.routes) == 1 else None)

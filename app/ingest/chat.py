@@ -152,6 +152,7 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
         temperature=req.temperature,
         top_p=req.top_p,
         seed=req.seed,
+        ignore_eos=req.ignore_eos,
         frequency_penalty=req.frequency_penalty,
         presence_penalty=req.presence_penalty,
         stop=stop,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from tests.support.gateway import MODEL, gateway
+from tests.support.gateway import MODEL, config, gateway
 from tests.support.wire import Replay
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -35,9 +35,31 @@ async def test_streaming_is_json_lines() -> None:
 async def test_bad_bodies() -> None:
     async with gateway(Replay("03a_completion_tokenids_stream").transport()) as c:
         for content, param in [(b'{"inputs": "hi"}', "messages"), (b"{nope", None),
-                               (b'{"messages": [], "ignore_eos": true}', "ignore_eos"),
+                               (b'{"messages": [], "ignore_eos": true}', "messages"),
                                (b'{"messages": "x"}', "messages")]:
             r = await c.post("/invocations", content=content, headers={"content-type": "application/json"})
             assert r.status_code == 400, content
             err = r.json()["error"]
             assert set(err) == {"message", "type", "param", "code"} and err["param"] == param
+
+
+async def test_ignore_eos_reaches_the_backend() -> None:
+    """Seed 003's ``ignore_eos`` (on /invocations and /v1/chat/completions): sent to llama.cpp and
+    vLLM, which keep generating to max_tokens; the answer still ends at the model's end token.
+    A backend that cannot do it refuses it by name."""
+    user = [{"role": "user", "content": "hi"}]
+    replay = Replay("03a_completion_tokenids_stream")
+    async with gateway(replay.transport()) as c:
+        for path in ("/invocations", "/v1/chat/completions"):
+            r = await c.post(path, json={"model": MODEL, "messages": user, "ignore_eos": True,
+                                         "max_tokens": 64})
+            assert r.status_code == 200, r.text
+            assert replay.requests[-1]["ignore_eos"] is True and replay.requests[-1]["n_predict"] == 64
+            assert r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!"
+    vllm = Replay("03_completions_tokenids_stream_usage", "vllm")
+    async with gateway(vllm.transport(), config(backend="vllm", upstream_model="tiny")) as c:
+        await c.post("/v1/chat/completions", json={"model": MODEL, "messages": user, "ignore_eos": True})
+        assert vllm.requests[-1]["ignore_eos"] is True
+    async with gateway(replay.transport(), config(backend="ollama")) as c:
+        r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": user, "ignore_eos": True})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "ignore_eos"
