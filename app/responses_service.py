@@ -25,7 +25,7 @@ from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, NotF
 from app.ids import random_id
 from app.ingest.responses import build_conversation, generation_params, new_input_items
 from app.model import Conversation, GenerationParams, ImagePart
-from app.pipeline import EventStream, ModelRoute, estimate_tokens, render, start
+from app.pipeline import EventStream, ModelRoute, context_window, estimate_tokens, render, start
 from app.registry import Registry
 from app.store import ResponseStore, StoredResponse
 from schemas.responses import CreateResponseBody, TextFormatJSONSchema
@@ -38,7 +38,8 @@ def _not_found(response_id: str, param: str = "response_id") -> NotFound:
     return NotFound(f"No response with id {response_id!r} was found.", param=param, code=code)
 
 
-def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams) -> tuple[Conversation, int]:
+def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams,
+                window: int | None = None) -> tuple[Conversation, int]:
     """``truncation: auto``: drop the oldest whole turns until the prompt fits.
 
     A turn starts at a user message and runs to the next one, so a function call is
@@ -51,7 +52,7 @@ def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams)
     while True:
         candidate = replace(conv, messages=tuple(msgs))
         prompt = render(route, candidate, params)
-        if estimate_tokens(prompt) + reserve < route.context_window:
+        if estimate_tokens(prompt) + reserve < (window or route.context_window):
             return candidate, dropped
         body = [i for i, m in enumerate(msgs) if m.role not in ("system", "developer")]
         user_starts = [i for i in body if msgs[i].role == "user"]
@@ -242,7 +243,7 @@ class ResponsesService:
                                          "accept images.", param="input", code="unsupported_content_type")
         dropped = 0
         if body.truncation == "auto":
-            conv, dropped = fit_context(route, conv, params)
+            conv, dropped = fit_context(route, conv, params, await context_window(route))
         status = "queued" if body.background else "in_progress"
         effort = params.reasoning_effort or route.default_reasoning_effort
         resource = _resource(body, random_id("resp_"), replace(params, reasoning_effort=effort), status)

@@ -236,6 +236,18 @@ async def test_truncation_disabled_fails_and_auto_drops_oldest_turns() -> None:
     assert body["ocm:truncation"]["dropped_messages"] > 0
     prompt = _prompt_text(replay)
     assert "question 0" not in prompt and "latest question" in prompt and "Be kind." in prompt
+    # The same with the window coming from the backend (config 8192, llama.cpp slot 300).
+    replay = Replay("03a_completion_tokenids_stream")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 300}})
+        return replay(request)
+
+    async with gateway(httpx.MockTransport(handler), config(context_window=8192)) as c:
+        status, body = await _create(c, input=long_turns, instructions="Be kind.", truncation="auto")
+    assert status == 200 and body["ocm:truncation"]["dropped_messages"] > 0
+    assert "question 0" not in _prompt_text(replay)
 
 
 async def test_stored_response_survives_restart(tmp_path: Path) -> None:
