@@ -121,7 +121,7 @@ async def test_first_byte_timeout_bounds_all_attempts_together() -> None:
         r = await _chat(urls, first_byte_timeout=0.6, max_attempts=3)
         elapsed = asyncio.get_running_loop().time() - t0
     assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
-    assert elapsed < 1.2, elapsed
+    assert elapsed < 1.5, elapsed  # per-attempt timeouts would take 1.8 s
     assert sum(s.requests for s in servers) == 1  # a stall uses the whole budget: no retry
 
 
@@ -133,7 +133,7 @@ async def test_attempt_timeout_fails_over_within_the_total_budget() -> None:
         elapsed = asyncio.get_running_loop().time() - t0
     assert r.status_code == 504
     assert sum(s.requests for s in servers) == 3  # 0.3 + 0.3 + the 0.1 s left
-    assert elapsed < 1.2, elapsed
+    assert elapsed < 1.6, elapsed  # not 3 x 0.3 s + a full 0.7 s
 
 
 @pytest.mark.parametrize("mode", ["empty", "error500", "stall", "final"])

@@ -53,7 +53,7 @@ async def test_disconnect_while_waiting_for_the_first_byte(api: str, stream: boo
             pool = app.state.registry.routes[MODEL].backend.pool
             admission = app.state.registry.admission
     assert first.requests == 1 and first.closed_at, "the upstream request was not cancelled"
-    assert first.closed_at[0] - t_gone < 0.1
+    assert first.closed_at[0] - t_gone < 0.3  # at once: a retry would start at 0.4 s
     assert second.requests == 0, "a request was retried for a client that had gone"
     assert [r.outstanding for r in pool.replicas] == [0, 0]
     assert (admission.inflight, admission.queued) == (0, 0), "the generation slot leaked"

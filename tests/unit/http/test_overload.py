@@ -59,7 +59,7 @@ async def test_full_queue_is_a_fast_503_and_a_queued_request_runs_later() -> Non
                 assert await _gauge(c, "ocm_generations_queued") == 1
                 t0 = asyncio.get_running_loop().time()
                 r = await c.post("/v1/chat/completions", json=CHAT)
-                assert asyncio.get_running_loop().time() - t0 < 0.5
+                assert asyncio.get_running_loop().time() - t0 < 2  # not the 10 s queue deadline
                 assert r.status_code == 503 and r.json()["error"]["code"] == "server_overloaded"
                 assert int(r.headers["retry-after"]) >= 1 and r.headers["retry-after-ms"]
                 assert (await c.get("/health")).status_code == 200

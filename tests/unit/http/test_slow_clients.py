@@ -43,17 +43,17 @@ async def test_silent_and_dribbling_connections_are_closed() -> None:
 
         task = asyncio.create_task(dribbling())
         elapsed, data = await _closed_within(silent_reader, 5)
-        assert data == b"" and elapsed < 2.5
+        assert data == b"" and elapsed < 4  # the 1 s deadline, with room for a busy machine
         elapsed, data = await _closed_within(dribble_reader, 5)
-        assert data == b"" and elapsed < 2.5
+        assert data == b"" and elapsed < 4  # the 1 s deadline, with room for a busy machine
         task.cancel()
         # A client that keeps its connection after a response gets the same deadline again.
         reader, writer = await _open(gw)
         writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")
         first = await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), 5)
         assert first.startswith(b"HTTP/1.1 200")
-        elapsed, _ = await _closed_within(reader, 8)
-        assert elapsed < 6  # uvicorn's keep-alive timeout (5 s) or the head deadline
+        elapsed, _ = await _closed_within(reader, 10)
+        assert elapsed < 8  # uvicorn's keep-alive timeout (5 s) or the head deadline
         # The gateway still serves everyone else.
         async with httpx.AsyncClient(base_url=gw) as c:
             assert (await c.get("/health")).status_code == 200
@@ -65,9 +65,9 @@ async def test_a_body_shorter_than_its_content_length_is_a_408() -> None:
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
                      b"content-length: 100\r\n\r\n{\"model\":")
         t0 = time.monotonic()
-        data = await asyncio.wait_for(reader.read(4096), 5)
+        data = await asyncio.wait_for(reader.readuntil(b'"code":"request_timeout"'), 5)  # head + body
         assert data.startswith(b"HTTP/1.1 408"), data[:200]
-        assert b'"code":"request_timeout"' in data and time.monotonic() - t0 < 2.5
+        assert time.monotonic() - t0 < 4
         writer.close()
 
 
