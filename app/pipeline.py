@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -159,6 +158,10 @@ def invalid_output(exc: Exception) -> ev.Error:
                     f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
 
 
+def from_error(exc: GatewayError) -> ev.Error:
+    return ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type, status=exc.status)
+
+
 class EventStream:
     """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
 
@@ -178,6 +181,7 @@ class EventStream:
         self._stats = metrics.current()
         self._closed = False
         self._release = release  # the admission slot, given back when the stream ends
+        self._held_part: ev.PartDone | None = None
         if self._stats is not None:
             self._stats.metrics.open_streams.inc()
 
@@ -198,41 +202,40 @@ class EventStream:
         """Parsed events; any failure of the backend or the parser is one terminal Error."""
         try:
             if self._first is not None:
-                for event in self._parser.feed(self._first):
+                for event in self._hold_parts(self._parser.feed(self._first)):
                     yield event
             t0 = time.perf_counter()
             async for chunk in self._chunks:
                 self._upstream += time.perf_counter() - t0
-                for event in self._parser.feed(chunk):
+                for event in self._hold_parts(self._parser.feed(chunk)):
                     yield event
                 t0 = time.perf_counter()
-            for event in self._parser.close():
+            for event in self._hold_parts(self._parser.close()):
                 yield event
         except GatewayError as exc:
-            yield ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type,
-                           status=exc.status)
+            yield from_error(exc)
         except Exception as exc:  # a parser or decoder bug must not cut the stream silently
             log.warning("model output could not be parsed", exc_info=exc)
             yield invalid_output(exc)
+        if self._held_part is not None:
+            yield self._held_part
+
+    def _hold_parts(self, events: list[ev.Event]) -> list[ev.Event]:
+        """Each ``PartDone`` is held until the next event: a part the token budget cut
+        (``Finished("length")`` right after it) did not complete, and the finish closes it
+        as incomplete instead."""
+        out: list[ev.Event] = []
+        for event in events:
+            held, self._held_part = self._held_part, None
+            if held is not None and not (isinstance(event, ev.Finished) and event.reason == "length"):
+                out.append(held)
+            if isinstance(event, ev.PartDone):
+                self._held_part = event
+            else:
+                out.append(event)
+        return out
 
     async def _run(self) -> AsyncGenerator[ev.Event, None]:
-        """Policed events, with each ``PartDone`` held until the next event: a part that the
-        token budget cut (``Finished("length")`` right after it) did not complete, and the
-        finish closes it as incomplete instead."""
-        held: ev.PartDone | None = None
-        async with aclosing(self._policed()) as events:  # closing this closes upstream now
-            async for event in events:
-                if held is not None and not (isinstance(event, ev.Finished) and event.reason == "length"):
-                    yield held
-                held = None
-                if isinstance(event, ev.PartDone):
-                    held = event
-                    continue
-                yield event
-        if held is not None:
-            yield held
-
-    async def _policed(self) -> AsyncGenerator[ev.Event, None]:
         raw = self._raw()
         try:
             async for event in raw:

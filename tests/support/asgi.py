@@ -43,3 +43,12 @@ class AsgiPost:
 
     def start(self, app: Any) -> asyncio.Future[None]:
         return asyncio.ensure_future(app(self.scope, self.receive, self.send))
+
+
+async def eventually(condition: Callable[[], object], seconds: float = 0.5) -> None:
+    """Wait until ``condition()`` is true (polled every 5 ms), at most ``seconds``; the caller
+    asserts afterwards, so a timeout shows up as that assertion."""
+    for _ in range(int(seconds / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)

@@ -58,12 +58,14 @@ class LoopbackUpstream:
                 length = int(line.split(b":")[1])
         await reader.readexactly(length)
         if head.startswith(b"GET /health"):
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
                          b'content-length: 15\r\n\r\n{"status":"ok"}')
             await writer.drain()
             return
         if head.startswith(b"GET "):  # discovery (/props, /v1/models): not known here
-            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            # Says it closes: a client must not reuse this connection for the next request.
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n"
+                         + (b"" if self.keep_alive else b"connection: close\r\n") + b"\r\n")
             await writer.drain()
             return
         self.requests += 1

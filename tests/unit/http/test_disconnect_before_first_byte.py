@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from app.http.app import create_app
-from tests.support.asgi import AsgiPost
+from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 
@@ -37,18 +37,12 @@ async def test_disconnect_while_waiting_for_the_first_byte(api: str, stream: boo
         post = AsgiPost(path, payload)
         async with app.router.lifespan_context(app):
             task = post.start(app)
-            for _ in range(200):  # wait until the first replica holds the request
-                if first.requests:
-                    break
-                await asyncio.sleep(0.005)
+            await eventually(lambda: first.requests, 1.0)  # the first replica holds the request
             await asyncio.sleep(0.1)
             post.gone.set()
             t_gone = time.monotonic()
             await asyncio.wait_for(task, timeout=5)
-            for _ in range(100):
-                if first.closed_at:
-                    break
-                await asyncio.sleep(0.005)
+            await eventually(lambda: first.closed_at)
             await asyncio.sleep(0.6)  # past the point where a retry would have started
             pool = app.state.registry.routes[MODEL].backend.pool
             admission = app.state.registry.admission

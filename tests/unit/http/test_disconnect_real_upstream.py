@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.http.app import create_app
-from tests.support.asgi import AsgiPost
+from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 
@@ -40,15 +40,9 @@ async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> Non
             await asyncio.wait_for(post.gone.wait(), timeout=5)
             t_disconnect = time.monotonic()
             await asyncio.wait_for(task, timeout=5)
-            for _ in range(100):
-                if upstream.closed_at:
-                    break
-                await asyncio.sleep(0.005)
+            await eventually(lambda: upstream.closed_at)
             admission = app.state.registry.admission
-            for _ in range(100):
-                if admission.inflight == 0:
-                    break
-                await asyncio.sleep(0.005)
+            await eventually(lambda: admission.inflight == 0)
     assert admission.inflight == 0 and admission.queued == 0, "the generation slot leaked"
     assert upstream.requests == 1 and post.body_chunks >= 5
     assert upstream.closed_at, "the upstream connection was never closed"
