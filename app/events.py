@@ -74,12 +74,13 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Error:
-    """Terminal failure; ``code`` is a stable machine-readable string."""
+    """Terminal failure; ``code`` is a stable machine-readable string.  No HTTP status:
+    :func:`app.errors.from_event` derives it where an answer is not yet committed."""
 
     message: str
     code: str
     type: str = "server_error"
-    status: int = 502
+    param: str | None = None
 
 
 Event = (

@@ -49,11 +49,17 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     reasoning: str | None = None
+    source: str | None = None  # where the request holds it ("messages[2]", "input[0]"), for errors
 
     @property
     def text(self) -> str:
         """The message's text parts joined (non-text parts are ignored)."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+def part_param(message: Message, index: int, part: int) -> str:
+    """The request parameter of content part ``part`` of the ``index``-th message."""
+    return f"{message.source or f'messages[{index}]'}.content[{part}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """The one pipeline both APIs share: render → backend → parse → policies → events.
 
-:func:`start` does everything that can fail with a clean HTTP error (validation,
-rendering, connecting, the first upstream chunk) before returning, so handlers
-can answer 4xx/5xx before committing to a 200 stream.  The returned
+:func:`prepare` (validation, rendering, budget, truncation) and :func:`open_stream`
+(admission, connecting, the first upstream chunk) do everything that can fail with a
+clean HTTP error, so a run can answer 4xx/5xx before committing to a 200 stream.  The returned
 :class:`EventStream` then yields events; a failure after that point becomes a
 terminal :class:`app.events.Error` event, never an exception.  Closing the stream
 (client disconnect) closes the upstream request.
@@ -21,9 +21,17 @@ from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import events as ev
 from app import metrics
 from app.admission import Admission
-from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
+from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError, to_event
 from app.formats import HarmonyFormat, PromptFormat
-from app.model import Chunk, Conversation, GenerationParams, ImagePart, Prompt, ReasoningEffort
+from app.model import (
+    Chunk,
+    Conversation,
+    GenerationParams,
+    ImagePart,
+    Prompt,
+    ReasoningEffort,
+    part_param,
+)
 from app.parse.base import EventParser
 from app.policy import StopSequences, ToolGuard
 
@@ -51,7 +59,7 @@ def check_capabilities(route: ModelRoute, params: GenerationParams,
             for j, part in enumerate(msg.content):
                 if isinstance(part, ImagePart):
                     raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} "
-                                         "does not accept images.", param=f"messages[{i}].content[{j}]",
+                                         "does not accept images.", param=part_param(msg, i, j),
                                          code="unsupported_content_type")
     if params.n > 1 and not caps.n:
         raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
@@ -158,10 +166,6 @@ def invalid_output(exc: Exception) -> ev.Error:
                     f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
 
 
-def from_error(exc: GatewayError) -> ev.Error:
-    return ev.Error(exc.message, code=exc.code or "upstream_error", type=exc.type, status=exc.status)
-
-
 class EventStream:
     """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
 
@@ -213,7 +217,7 @@ class EventStream:
             for event in self._hold_parts(self._parser.close()):
                 yield event
         except GatewayError as exc:
-            yield from_error(exc)
+            yield to_event(exc)
         except Exception as exc:  # a parser or decoder bug must not cut the stream silently
             log.warning("model output could not be parsed", exc_info=exc)
             yield invalid_output(exc)
@@ -294,13 +298,70 @@ class EventStream:
             self._stats.metrics.open_streams.dec()
 
 
-async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A generation ready to open: the conversation as it will be sent (after truncation),
+    the prompt, and the parameters within the context budget."""
+
+    conversation: Conversation
+    params: GenerationParams
+    prompt: Prompt
+    dropped_messages: int = 0
+
+
+def drop_oldest_turn(conv: Conversation) -> tuple[Conversation, int]:
+    """The conversation without its oldest turn, and how many messages that was.
+
+    A turn starts at a user message and runs to the next one, so a function call is never
+    separated from its output; system / developer messages and the latest turn are kept
+    (anything before the first user turn that is not an instruction goes with it)."""
+    msgs = conv.messages
+    body = [i for i, m in enumerate(msgs) if m.role not in ("system", "developer")]
+    user_starts = [i for i in body if msgs[i].role == "user"]
+    if len(user_starts) < 2:
+        raise ContextLengthExceeded(
+            "The input does not fit the model's context window even after dropping all but the "
+            "latest turn.", param="input")
+    cut = {i for i in body if i < user_starts[1]}
+    return replace(conv, messages=tuple(m for i, m in enumerate(msgs) if i not in cut)), len(cut)
+
+
+async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
+                  truncate: bool = False) -> Prepared:
+    """Everything before the backend is called: capacity, capabilities, render, tokens,
+    budget.  With ``truncate`` the oldest turns are dropped until the prompt and the
+    requested output fit the window (counted exactly where the prompt has token ids,
+    estimated where only the backend can count)."""
     if route.admission is not None:
         route.admission.check()  # at capacity: refuse before rendering
     check_capabilities(route, params, conv)
     await route.format.prepare()
-    prompt = await tokenize(route, render(route, conv, params))
-    params = _budget(route, prompt, params, await context_window(route))
+    window = await context_window(route)
+    dropped = 0
+    while True:
+        prompt = await tokenize(route, render(route, conv, params))
+        try:
+            if truncate and prompt_tokens(prompt) is None and (
+                    estimate_tokens(prompt) + (params.max_tokens or 0) >= window):
+                raise ContextLengthExceeded("The input is estimated not to fit the context window.",
+                                            param="input")
+            return Prepared(conv, _budget(route, prompt, params, window), prompt, dropped)
+        except ContextLengthExceeded:
+            if not truncate:
+                raise
+            conv, n = drop_oldest_turn(conv)
+            dropped += n
+
+
+async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
+    """Prepare and open in one step (no truncation)."""
+    return await open_stream(route, await prepare(route, conv, params))
+
+
+async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
+    """Take an admission slot, call the backend and wait for its first chunk; every failure
+    up to here raises (a clean HTTP error), everything after is an event of the stream."""
+    conv, params, prompt = prepared.conversation, prepared.params, prepared.prompt
     allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()
     if params.tool_choice.allowed is not None:
         allowed &= set(params.tool_choice.allowed)

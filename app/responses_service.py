@@ -1,12 +1,10 @@
-"""Open Responses orchestration: context assembly, truncation, runs, persistence, cancel.
+"""Open Responses on the run engine: context, the resource, storage, retrieve, cancel.
 
-A *run* is one generation: a producer task that pulls events from the shared
-pipeline, encodes them with :class:`ResponsesEncoder` and puts the encoded
-streaming events on a queue.  Streaming responses forward the queue, non-streaming
-ones wait for the end, background ones return at once.  Cancelling the task (client
-disconnect or ``POST /v1/responses/{id}/cancel``) closes the upstream request and
-ends the response with status ``cancelled``; the final resource is persisted unless
-``store`` is false.
+A create request becomes a :class:`~app.engine.run.Run` whose encoder is a
+:class:`ResponsesEncoder` (the resource is the fold of its events).  Stored responses
+are written when the run starts and when it ends (:class:`StoreHooks`); a process that
+died mid-run leaves a response that readers end as ``failed`` (``run_lost``).
+Streaming, waiting, background and cancellation are the engine's.
 """
 
 from __future__ import annotations
@@ -14,19 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
-from app import events as ev
 from app.access import ANONYMOUS, Principal
 from app.encode.responses import ResponsesEncoder
-from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, NotFound
+from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.run import Mode, Run
+from app.errors import InvalidRequest, NotFound
 from app.ids import random_id
 from app.ingest.responses import build_conversation, generation_params, new_input_items
-from app.model import Conversation, GenerationParams, ImagePart
-from app.pipeline import EventStream, ModelRoute, context_window, estimate_tokens, render, start
-from app.registry import Registry
 from app.store import ResponseStore, StoredResponse
 from schemas.responses import CreateResponseBody, TextFormatJSONSchema
 
@@ -38,38 +32,8 @@ def _not_found(response_id: str, param: str = "response_id") -> NotFound:
     return NotFound(f"No response with id {response_id!r} was found.", param=param, code=code)
 
 
-def fit_context(route: ModelRoute, conv: Conversation, params: GenerationParams,
-                window: int | None = None) -> tuple[Conversation, int]:
-    """``truncation: auto``: drop the oldest whole turns until the prompt fits.
-
-    A turn starts at a user message and runs to the next one, so a function call is
-    never separated from its output; system / developer messages and the latest
-    turn are always kept.  Returns the conversation and how many messages were dropped.
-    """
-    reserve = params.max_tokens or 0
-    msgs = list(conv.messages)
-    dropped = 0
-    while True:
-        candidate = replace(conv, messages=tuple(msgs))
-        prompt = render(route, candidate, params)
-        if estimate_tokens(prompt) + reserve < (window or route.context_window):
-            return candidate, dropped
-        body = [i for i, m in enumerate(msgs) if m.role not in ("system", "developer")]
-        user_starts = [i for i in body if msgs[i].role == "user"]
-        if len(user_starts) < 2:
-            raise ContextLengthExceeded(
-                "The input does not fit the model's context window even after dropping all but the "
-                "latest turn.", param="input")
-        first, second = user_starts[0], user_starts[1]
-        cut = [i for i in body if first <= i < second] or [body[0]]
-        # Also drop anything before the first user turn that is not an instruction.
-        cut = sorted(set(cut) | {i for i in body if i < first})
-        dropped += len(cut)
-        msgs = [m for i, m in enumerate(msgs) if i not in set(cut)]
-
-
-def _resource(body: CreateResponseBody, response_id: str, params: GenerationParams,
-              status: str) -> Json:
+def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: str) -> Json:
+    params = plan.params
     tools = [{"type": "function", "name": t.name, "description": t.description,
               "parameters": t.parameters, "strict": t.strict if t.strict is not None else True}
              for t in body.tools or []]
@@ -93,7 +57,7 @@ def _resource(body: CreateResponseBody, response_id: str, params: GenerationPara
         "presence_penalty": body.presence_penalty or 0.0, "frequency_penalty": body.frequency_penalty or 0.0,
         "top_logprobs": body.top_logprobs or 0,
         "temperature": body.temperature if body.temperature is not None else 1.0,
-        "reasoning": {"effort": params.reasoning_effort, "summary": None}, "usage": None,
+        "reasoning": {"effort": plan.reasoning_effort, "summary": None}, "usage": None,
         "max_output_tokens": body.max_output_tokens, "max_tool_calls": body.max_tool_calls,
         "store": body.store, "background": body.background, "service_tier": body.service_tier,
         "metadata": body.metadata or {}, "safety_identifier": body.safety_identifier,
@@ -101,80 +65,25 @@ def _resource(body: CreateResponseBody, response_id: str, params: GenerationPara
     }
 
 
-class Run:
-    """One generation in flight; see the module docstring."""
+class StoreHooks:
+    """Persist a stored response when its run starts (a crash mid-run then leaves a failed
+    response, not a 404) and when it ends."""
 
-    def __init__(self, service: ResponsesService, encoder: ResponsesEncoder, context: list[Json],
-                 store: bool, owner: Principal) -> None:
-        self.encoder = encoder
-        self.owner = owner
-        self.queue: asyncio.Queue[Json | None] = asyncio.Queue()
-        self._service = service
-        self._context = context
+    def __init__(self, store: ResponseStore, context: list[Json], tenant: str) -> None:
         self._store = store
-        self.task: asyncio.Task[None] | None = None
+        self._context = context
+        self._tenant = tenant
 
-    @property
-    def id(self) -> str:
-        return str(self.encoder.resource()["id"])
+    async def started(self, run: Run) -> None:
+        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
-    @property
-    def stored(self) -> bool:
-        return self._store
+    async def ended(self, run: Run) -> None:
+        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
-    def begin(self, stream: EventStream | None, route: ModelRoute, conv: Conversation,
-              params: GenerationParams) -> None:
-        for event in self.encoder.start():
-            self.queue.put_nowait(event)
-        self.task = asyncio.get_running_loop().create_task(self._produce(stream, route, conv, params))
 
-    async def _produce(self, stream: EventStream | None, route: ModelRoute, conv: Conversation,
-                       params: GenerationParams) -> None:
-        self._service.inflight[self.id] = self
-        self.encoder.resource()["status"] = "in_progress"  # a queued background run has started
-        try:
-            if stream is None:  # background: failures before the first chunk become a failed response
-                try:
-                    stream = await start(route, conv, params)
-                except GatewayError as exc:
-                    self._emit(self.encoder.fail(ev.Error(exc.message, code=exc.code or "error",
-                                                          type=exc.type, status=exc.status)))
-                    return
-            async for event in stream:
-                self._emit(self.encoder.encode(event))
-                if self.encoder.terminal:
-                    break
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
-            if not self.encoder.terminal:
-                self._emit(self.encoder.cancel())
-            self._service.inflight.pop(self.id, None)
-            if self._store:
-                with contextlib.suppress(Exception):
-                    await self._service.store.put(self.encoder.resource(), self._context,
-                                                  self.owner.tenant)
-            self.queue.put_nowait(None)
-
-    def _emit(self, events: list[Json]) -> None:
-        for e in events:
-            self.queue.put_nowait(e)
-
-    async def events(self) -> AsyncIterator[Json]:
-        while (event := await self.queue.get()) is not None:
-            yield event
-
-    async def wait(self) -> Json:
-        async for _ in self.events():
-            pass
-        return self.encoder.resource()
-
-    def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+def _encoder(run: Run) -> ResponsesEncoder:
+    assert isinstance(run.encoder, ResponsesEncoder)
+    return run.encoder
 
 
 def lost(resource: Json) -> Json:
@@ -187,16 +96,19 @@ def lost(resource: Json) -> Json:
 
 
 class ResponsesService:
-    def __init__(self, registry: Registry, store: ResponseStore) -> None:
-        self.registry = registry
+    """Open Responses on the run engine: context from ``previous_response_id``, the
+    resource, storage, and the in-flight runs of this API (retrieve, cancel)."""
+
+    def __init__(self, engine: Engine, store: ResponseStore) -> None:
+        self.engine = engine
+        self.registry = engine.registry
         self.store = store
-        self.inflight: dict[str, Run] = {}
 
     async def heartbeat(self) -> None:
         """Run for the life of the process: mark this process's stored runs as alive."""
         while True:
             await asyncio.sleep(self.registry.config.store.heartbeat_seconds)
-            ids = [rid for rid, run in self.inflight.items() if run.stored]
+            ids = [rid for rid, run in self.engine.runs.items() if run.persisted]
             with contextlib.suppress(Exception):
                 await self.store.touch(ids)
 
@@ -207,64 +119,53 @@ class ResponsesService:
         if stored is None or not who.may_use(str(stored.resource.get("model"))):
             raise _not_found(response_id, param)
         if (stored.resource.get("status") in ("queued", "in_progress")
-                and response_id not in self.inflight
+                and self.engine.find(response_id) is None
                 and time.time() - stored.updated_at > self.registry.config.store.lost_after_seconds):
             stored = StoredResponse(lost(stored.resource), stored.input_items, time.time())
             await self.store.put(stored.resource, stored.input_items, who.tenant)
         return stored
 
     def _inflight(self, response_id: str, who: Principal) -> Run | None:
-        run = self.inflight.get(response_id)
-        if run is None or run.owner.tenant != who.tenant or not who.may_use(
-                str(run.encoder.resource()["model"])):
+        run = self.engine.find(response_id)
+        if (run is None or not isinstance(run.encoder, ResponsesEncoder)
+                or run.owner.tenant != who.tenant or not who.may_use(run.model)):
             return None
         return run
 
-    async def _context(self, body: CreateResponseBody, who: Principal) -> list[Json]:
-        context: list[Json] = []
-        if body.previous_response_id:
-            prev = await self._stored(body.previous_response_id, who, "previous_response_id")
-            context = prev.input_items + prev.resource["output"]
-        return context + new_input_items(body)
+    async def _previous(self, body: CreateResponseBody, who: Principal) -> list[Json]:
+        if not body.previous_response_id:
+            return []
+        prev = await self._stored(body.previous_response_id, who, "previous_response_id")
+        output: list[Json] = prev.resource["output"]
+        return prev.input_items + output
 
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS) -> Run:
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         if body.background and body.stream:
             raise InvalidRequest("stream together with background is not supported.", param="background")
-        route = self.registry.route(body.model)
-        context = await self._context(body, who)
-        conv = build_conversation(body, context)
-        params = self.registry.with_defaults(body.model, generation_params(body))
-        if not route.backend.capabilities.images:
-            for _i, msg in enumerate(conv.messages):
-                if any(isinstance(p, ImagePart) for p in msg.content):
-                    raise InvalidRequest(f"The {route.backend.kind} backend of {body.model!r} does not "
-                                         "accept images.", param="input", code="unsupported_content_type")
-        dropped = 0
-        if body.truncation == "auto":
-            conv, dropped = fit_context(route, conv, params, await context_window(route))
-        status = "queued" if body.background else "in_progress"
-        effort = params.reasoning_effort or route.default_reasoning_effort
-        resource = _resource(body, random_id("resp_"), replace(params, reasoning_effort=effort), status)
-        if dropped:
-            resource["ocm:truncation"] = {"dropped_messages": dropped}
-        run = Run(self, ResponsesEncoder(resource), context, body.store, who)
-        stream = None if body.background else await start(route, conv, params)
-        if body.store:  # stored from the start: a crash mid-run leaves a failed response, not a 404
-            try:
-                await self.store.put(run.encoder.snapshot(), context, who.tenant)
-            except BaseException:
-                if stream is not None:
-                    await stream.aclose()
-                raise
-        run.begin(stream, route, conv, params)
-        return run
+        self.registry.route(body.model)  # an unknown model is a 404 before anything else
+        previous = await self._previous(body, who)
+        context = previous + new_input_items(body)
+        conv = build_conversation(body, context, len(previous))
+        response_id = random_id("resp_")
+
+        def encoder(plan: Plan) -> ResponsesEncoder:
+            resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
+            if plan.dropped_messages:
+                resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
+            return ResponsesEncoder(resource)
+
+        mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
+        return await self.engine.start(
+            RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
+            encoder, run_id=response_id, mode=mode, owner=who,
+            hooks=StoreHooks(self.store, context, who.tenant) if body.store else None)
 
     async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
         run = self._inflight(response_id, who)
         if run is not None:
-            return run.encoder.snapshot()
+            return _encoder(run).snapshot()
         return (await self._stored(response_id, who)).resource
 
     async def input_items(self, response_id: str, who: Principal = ANONYMOUS) -> list[Json]:
@@ -283,7 +184,5 @@ class ResponsesService:
                                  f"{stored.resource['status']!r}); only in-flight responses can be "
                                  "cancelled.", param="response_id")
         run.cancel()
-        if run.task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(run.task), timeout=10)
-        return run.encoder.resource()
+        await run.finished(within=10)
+        return _encoder(run).snapshot()

@@ -12,7 +12,7 @@ import time
 import orjson
 
 from adapters.llamacpp import event_to_chunk
-from app.encode.chat import ChatChunkEncoder
+from app.encode.chat import ChatEncoder
 from app.encode.sse import data_event
 from app.parse.harmony import HarmonyEventParser
 from app.vocab import harmony_encoding
@@ -31,7 +31,7 @@ def main() -> None:
     best = float("inf")
     for _ in range(5):
         parser = HarmonyEventParser(100)
-        encoder = ChatChunkEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
+        encoder = ChatEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
         out = 0
         t0 = time.perf_counter()
         for data in raw:

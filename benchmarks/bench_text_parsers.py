@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.encode.chat import ChatChunkEncoder
+from app.encode.chat import ChatEncoder
 from app.encode.sse import data_event
 from app.model import Chunk, Finish
 from app.parse.base import TextDecoder
@@ -35,7 +35,7 @@ def run(name: str, make: Callable[[], TextDecoder], text: str) -> None:
     best = float("inf")
     for _ in range(5):
         parser = TextEventParser(make(), 100)
-        encoder = ChatChunkEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
+        encoder = ChatEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
         out = 0
         t0 = time.perf_counter()
         for chunk in [*chunks, Chunk(finish=Finish("eos"))]:

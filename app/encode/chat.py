@@ -12,6 +12,7 @@ from typing import Any
 
 from app import events as ev
 from app.encode.fold import Folded
+from app.errors import error_body
 from app.model import TokenLogprob, Usage
 
 
@@ -41,20 +42,21 @@ def logprobs_content(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
     ]
 
 
-def error_body(error: ev.Error) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": error.type, "param": None,
-                      "code": error.code}}
-
-
-class ChatChunkEncoder:
-    """Stateful: turns each event into zero or more ``chat.completion.chunk`` dicts."""
+class ChatEncoder:
+    """One chat completion: each event becomes zero or more ``chat.completion.chunk`` dicts
+    (when ``stream``), and every event is folded, so :meth:`result` is the
+    ``chat.completion`` the same stream amounts to."""
 
     def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
-                 logprobs: bool) -> None:
+                 logprobs: bool, stream: bool = True) -> None:
         self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
                       "model": model}
+        self._ids = (response_id, model, created)
         self._include_usage = include_usage
         self._logprobs = logprobs
+        self._stream = stream
+        self.folded = Folded()
+        self.terminal = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None,
                logprobs: Any = None) -> dict[str, Any]:
@@ -65,6 +67,22 @@ class ChatChunkEncoder:
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def encode(self, event: ev.Event) -> list[dict[str, Any]]:
+        if self.terminal:
+            return []
+        self.folded.add(event)
+        if isinstance(event, ev.TERMINAL):
+            self.terminal = True
+        return self._chunks(event) if self._stream else []
+
+    def cancel(self) -> list[dict[str, Any]]:
+        """The client is gone: nothing more to say."""
+        self.terminal = True
+        return []
+
+    def result(self) -> dict[str, Any]:
+        return completion_body(self.folded, *self._ids, logprobs=self._logprobs)
+
+    def _chunks(self, event: ev.Event) -> list[dict[str, Any]]:
         if isinstance(event, ev.ReasoningDelta):
             return [self._chunk({"reasoning_content": event.text})]
         if isinstance(event, ev.PreambleDelta):
@@ -87,7 +105,7 @@ class ChatChunkEncoder:
                 out.append({**self._base, "choices": [], "usage": usage_dict(event.usage)})
             return out
         if isinstance(event, ev.Error):
-            return [error_body(event)]
+            return [error_body(event.message, event.type, event.code, event.param)]
         return []  # PartDone, ToolCallDone: nothing to send in Chat Completions
 
 

@@ -1,7 +1,9 @@
-"""Fold an event stream into one complete answer (the non-streaming view).
+"""Fold an event stream into one complete answer (the chat completion's non-streaming view).
 
-Every non-streaming API response is built from this fold, so streaming and
-non-streaming answers cannot disagree.
+:class:`app.encode.chat.ChatEncoder` folds every event it encodes, streamed or not, and
+builds ``chat.completion`` from the fold; the Responses encoder's fold is its resource.
+Either way a non-streaming body is the fold of the same stream, so the two views cannot
+disagree.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 
 from app import events as ev
 from app.encode.chat import logprobs_content
+from app.errors import error_fields
 from app.ids import random_id
 from app.model import Usage
 
@@ -67,7 +68,13 @@ class ResponsesEncoder:
     def snapshot(self) -> Json:
         return {**self._resource, "output": list(self._resource["output"])}
 
+    def result(self) -> Json:
+        """The non-streaming body: the resource every encoded event has updated."""
+        return self._resource
+
     def start(self) -> list[Json]:
+        """The run started generating (a queued background response is now in progress)."""
+        self._resource["status"] = "in_progress"
         return [self._event("response.created", response=self.snapshot()),
                 self._event("response.in_progress", response=self.snapshot())]
 
@@ -192,7 +199,7 @@ class ResponsesEncoder:
         r["status"] = "failed"
         r["error"] = {"code": error.code, "message": error.message}
         self.terminal = True
-        payload = {"type": error.type, "code": error.code, "message": error.message, "param": None}
+        payload = error_fields(error.message, error.type, error.code, error.param)
         return [*events, self._event("error", error=payload),
                 self._event("response.failed", response=self.snapshot())]
 

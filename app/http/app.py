@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from app.admission import Admission
 from app.config import GatewayConfig, load_config
+from app.engine.engine import Engine
 from app.http import errors, openapi, routes_chat, routes_meta, routes_responses, routes_sagemaker
 from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
@@ -44,18 +45,14 @@ def create_app(config: GatewayConfig | None = None,
         app.state.metrics.watch_admission(admission)
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
-        app.state.responses = ResponsesService(registry, store)
+        app.state.engine = engine = Engine(registry)
+        app.state.responses = ResponsesService(engine, store)
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
             yield
         finally:
             heartbeat.cancel()
-            runs = list(app.state.responses.inflight.values())
-            for run in runs:
-                run.cancel()
-            tasks = [r.task for r in runs if r.task is not None]
-            if tasks:  # let cancelled runs persist their final state before the store closes
-                await asyncio.wait(tasks, timeout=10)
+            await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await store.close()
             await client.aclose()
 

@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.access import ANONYMOUS, Principal
 from app.config import ApiKey
-from app.errors import ModelNotFound
-from app.http.responses import JSONResponse, error_payload
+from app.errors import ModelNotFound, error_body
+from app.http.responses import JSONResponse
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping"})
 
@@ -47,7 +47,7 @@ class AuthMiddleware:
             return
         key = self._match(scope)
         if key is None:
-            body = error_payload("Missing or invalid API key. Send 'Authorization: Bearer <key>'.",
+            body = error_body("Missing or invalid API key. Send 'Authorization: Bearer <key>'.",
                                  "invalid_request_error", "invalid_api_key")
             response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
             await response(scope, receive, send)

@@ -10,9 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.errors import GatewayError
+from app.errors import GatewayError, error_body
 from app.http.body import BodyRejected
-from app.http.responses import JSONResponse, error_payload, error_response
+from app.http.responses import JSONResponse, error_response
 
 
 def _param(loc: Sequence[Any]) -> str | None:
@@ -49,7 +49,7 @@ async def _gateway_error(_: Request, exc: Exception) -> Response:
 async def _validation_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     message, param, code = _validation_message(exc.errors())
-    return JSONResponse(error_payload(message, "invalid_request_error", code, param),
+    return JSONResponse(error_body(message, "invalid_request_error", code, param),
                         status_code=400)
 
 
@@ -64,14 +64,14 @@ def _static_route_matches(request: Request) -> bool:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if isinstance(exc, BodyRejected):
-        return JSONResponse(error_payload(str(exc.detail), "invalid_request_error", exc.code, exc.param),
+        return JSONResponse(error_body(str(exc.detail), "invalid_request_error", exc.code, exc.param),
                             status_code=400)
     status, headers = exc.status_code, exc.headers
     if status in (404, 405) and (status == 404 or not _static_route_matches(request)):
-        return JSONResponse(error_payload(f"Invalid URL ({request.method} {request.url.path})",
+        return JSONResponse(error_body(f"Invalid URL ({request.method} {request.url.path})",
                                           "invalid_request_error", "not_found"), status_code=404)
     code = {405: "method_not_allowed"}.get(status, "http_error")
-    return JSONResponse(error_payload(str(exc.detail), "invalid_request_error", code),
+    return JSONResponse(error_body(str(exc.detail), "invalid_request_error", code),
                         status_code=status, headers=headers)
 
 

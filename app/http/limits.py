@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics
 from app.admission import Admission
 from app.config import ApiKey, LimitSettings
-from app.errors import Overloaded
-from app.http.responses import JSONResponse, error_payload, error_response
+from app.errors import Overloaded, error_body
+from app.http.responses import JSONResponse, error_response
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations"})
 WINDOW = 60.0
@@ -63,7 +63,7 @@ class LimitsMiddleware:
             headers = {"retry-after": str(max(1, math.ceil(retry_after))),
                        "retry-after-ms": str(max(1, math.ceil(retry_after * 1000)))}
         type_ = "rate_limit_error" if status == 429 else "invalid_request_error"
-        await JSONResponse(error_payload(message, type_, code), status_code=status,
+        await JSONResponse(error_body(message, type_, code), status_code=status,
                            headers=headers)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

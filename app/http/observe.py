@@ -16,7 +16,8 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics as m
-from app.http.responses import JSONResponse, error_payload
+from app.errors import error_body
+from app.http.responses import JSONResponse
 from app.ids import random_id
 
 log = logging.getLogger("ocm_gateway.access")
@@ -75,7 +76,7 @@ class ObserveMiddleware:
             log_errors.exception("unhandled error (request %s)", request_id, exc_info=exc)
             if started:
                 raise
-            await JSONResponse(error_payload("The gateway failed unexpectedly.", "server_error",
+            await JSONResponse(error_body("The gateway failed unexpectedly.", "server_error",
                                              "internal_error"), status_code=500)(scope, receive, send_wrapper)
         finally:
             m.end(token)

@@ -1,4 +1,4 @@
-"""Response helpers: orjson JSON responses and OpenAI-shaped error bodies."""
+"""Response helpers: orjson JSON responses and error responses (with Retry-After)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,3 @@ def error_response(exc: GatewayError) -> JSONResponse:
         headers["retry-after-ms"] = str(max(1, round(retry_after * 1000)))
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
-
-def error_payload(message: str, type_: str, code: str | None, param: str | None = None,
-                  ) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
-from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
-from app.encode.sse import DONE, named_event
-from app.errors import GatewayError
+from app.encode.responses import ResponsesEncoder
+from app.encode.sse import named_event
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
-from app.http.shutdown import Drain, drained
-from app.responses_service import ResponsesService, Run
+from app.http.streaming import json_response, sse_response
+from app.responses_service import ResponsesService
 from schemas.responses import CreateResponseBody
 
 router = APIRouter(route_class=GatewayRoute)
@@ -26,43 +25,24 @@ def _service(request: Request) -> ResponsesService:
     return service
 
 
-async def _sse(run: Run) -> AsyncIterator[bytes]:
-    try:
-        async for event in run.events():
-            yield named_event(event["type"], event)
-        yield DONE
-    finally:
-        run.cancel()  # a no-op when the run has finished; stops generation on disconnect
+def _named(payload: dict[str, Any]) -> bytes:
+    return named_event(payload["type"], payload)
 
 
 @router.post("/v1/responses")
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
     check_model(request, body.model)
+    service = _service(request)
     # Until the first upstream event nothing has been sent: a client that leaves cancels it
     # (a background response does not wait for the backend, so it is not affected).
-    creating = _service(request).create(body, principal(request))
+    creating = service.create(body, principal(request))
     run = await (creating if body.background else cancel_on_disconnect(request, creating))
     if body.stream:
-        drain = Drain(request.app.state.registry.config.shutdown_grace_seconds)
-
-        async def farewell() -> list[bytes]:
-            run.cancel()  # the run ends itself with response.failed (status cancelled)
-            return [named_event(e["type"], e) async for e in run.events()] + [DONE]
-
-        return EventSourceResponse(drained(_sse(run), drain, farewell), ping=15, sep="\n",
-                                   shutdown_event=drain.event, shutdown_grace_period=drain.grace + 5,
-                                   headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
+        return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
     if body.background:
+        assert isinstance(run.encoder, ResponsesEncoder)
         return JSONResponse(run.encoder.snapshot())
-    try:
-        resource = await cancel_on_disconnect(request, run.wait())
-    except BaseException:
-        run.cancel()
-        raise
-    if resource["status"] == "failed" and resource.get("error"):
-        err = resource["error"]
-        raise GatewayError(err["message"], code=err["code"], status=502)
-    return JSONResponse(resource)
+    return await json_response(request, run)
 
 
 @router.get("/v1/responses/{response_id}")

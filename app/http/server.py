@@ -19,7 +19,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.config import GatewayConfig, load_config
-from app.http.responses import error_payload
+from app.errors import error_body
 
 
 @functools.cache
@@ -29,7 +29,7 @@ def _settings() -> tuple[float, int]:
     return cfg.limits.header_timeout, connection_cap(cfg)
 
 
-_FULL_BODY = orjson.dumps(error_payload(
+_FULL_BODY = orjson.dumps(error_body(
     "The gateway has too many open connections; retry later.", "server_error", "too_many_connections"))
 FULL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
         b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_FULL_BODY), _FULL_BODY))

@@ -2,17 +2,21 @@
 
 On SIGTERM uvicorn stops accepting connections and sse-starlette sets each stream's
 ``shutdown_event``.  In-flight streams then keep going for ``shutdown_grace_seconds``;
-a stream still running at the deadline is ended by the gateway itself with a proper
-terminal event (chat: an ``error`` chunk with code ``server_shutdown`` and ``[DONE]``;
-responses: the run is cancelled, which ends it with ``response.failed``), never cut off.
+a stream still running at the deadline is stopped by the gateway itself and ends with
+its API's terminal error (code ``server_shutdown``: chat an ``error`` chunk and
+``[DONE]``, responses ``error`` + ``response.failed``), never cut off.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import anyio
+
+T = TypeVar("T")
+_FAREWELL_SECONDS = 5.0  # for a stopped run to write its terminal events
 
 
 class Drain:
@@ -32,9 +36,11 @@ class Drain:
         return self._deadline - time.monotonic()
 
 
-async def drained(frames: AsyncIterator[bytes], drain: Drain,
-                  on_deadline: Callable[[], Awaitable[list[bytes]]]) -> AsyncIterator[bytes]:
-    """Forward ``frames``; once shutdown's grace period is over, end with ``on_deadline()``."""
+async def drained(frames: AsyncIterator[T], drain: Drain, stop: Callable[[], None],
+                  ) -> AsyncIterator[T]:
+    """Forward ``frames``; once shutdown's grace period is over, call ``stop()`` (the run
+    ends itself with its terminal events) and forward what is left.  ``frames`` must be
+    safe to cancel while waiting (:class:`app.engine.run.Frames` is)."""
     iterator = frames.__aiter__()
     try:
         while True:
@@ -45,15 +51,17 @@ async def drained(frames: AsyncIterator[bytes], drain: Drain,
                 except StopAsyncIteration:
                     return
             else:
-                got: list[bytes] = []
+                got: list[T] = []
                 with anyio.move_on_after(max(0.0, left)):
                     try:
                         got.append(await iterator.__anext__())
                     except StopAsyncIteration:
                         return
                 if not got:
-                    for farewell in await on_deadline():
-                        yield farewell
+                    stop()
+                    with anyio.move_on_after(_FAREWELL_SECONDS):
+                        async for frame in iterator:
+                            yield frame
                     return
                 frame = got[0]
             yield frame

@@ -60,7 +60,7 @@ def _messages(req: wire.ChatCompletionRequest) -> tuple[Message, ...]:
                 known_calls.add(tc.id)
             reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
             out.append(Message("assistant", _parts(m.content), m.name, tuple(calls),
-                               reasoning=reasoning))
+                               reasoning=reasoning, source=f"messages[{i}]"))
         elif isinstance(m, wire.ToolMessage):
             if m.tool_call_id not in known_calls:
                 raise InvalidRequest(
@@ -68,9 +68,10 @@ def _messages(req: wire.ChatCompletionRequest) -> tuple[Message, ...]:
                     "tool call of a preceding assistant message.",
                     param=f"messages[{i}].tool_call_id",
                 )
-            out.append(Message("tool", _parts(m.content), tool_call_id=m.tool_call_id))
+            out.append(Message("tool", _parts(m.content), tool_call_id=m.tool_call_id,
+                               source=f"messages[{i}]"))
         else:
-            out.append(Message(m.role, _parts(m.content), m.name))
+            out.append(Message(m.role, _parts(m.content), m.name, source=f"messages[{i}]"))
     return tuple(out)
 
 

@@ -97,13 +97,15 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
     return tuple(parts)
 
 
-def items_to_messages(items: list[dict[str, Any]], where: str = "input") -> tuple[Message, ...]:
+def items_to_messages(items: list[dict[str, Any]], first_input: int = 0) -> tuple[Message, ...]:
+    """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
+    the ones before come from ``previous_response_id``."""
     parsed = _ITEMS.validate_python(items)
     out: list[Message] = []
     asst = _Assistant()
     known_calls: set[str] = set()
     for i, item in enumerate(parsed):
-        at = f"{where}[{i}]"
+        at = f"input[{i - first_input}]" if i >= first_input else "previous_response_id"
         if isinstance(item, wire.ReasoningItem):
             if asst.content or asst.calls:
                 asst.flush(out)
@@ -126,12 +128,12 @@ def items_to_messages(items: list[dict[str, Any]], where: str = "input") -> tupl
                                      param=f"{at}.call_id")
             output = item.output if isinstance(item.output, str) else "".join(
                 p.text for p in _parts(item.output, at) if isinstance(p, TextPart))
-            out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id))
+            out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id, source=at))
         elif isinstance(item, wire.UserMessage):
             asst.flush(out)
             user_content = item.content if isinstance(item.content, list) else [
                 wire.InputText(type="input_text", text=item.content)]
-            out.append(Message(item.role, _parts(user_content, at)))
+            out.append(Message(item.role, _parts(user_content, at), source=at))
         else:  # pragma: no cover - item references are rejected by new_input_items
             raise InvalidRequest("Unsupported input item.", param=at)
     asst.flush(out)
@@ -184,9 +186,11 @@ def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
     return tuple(tools)
 
 
-def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]]) -> Conversation:
-    """``context`` is previous input + previous output + new input, in wire form."""
-    messages = items_to_messages(context)
+def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
+                       first_input: int = 0) -> Conversation:
+    """``context`` is previous input + previous output + new input (from ``first_input`` on),
+    in wire form."""
+    messages = items_to_messages(context, first_input)
     if body.instructions:
         messages = (Message("developer", (TextPart(body.instructions),)), *messages)
     return Conversation(messages, tools_of(body), _response_format(body))

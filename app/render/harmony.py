@@ -52,6 +52,7 @@ from openai_harmony import ReasoningEffort as HarmonyEffort
 
 from app import model as m
 from app.errors import InvalidRequest
+from app.render.content import text_only
 from app.vocab import harmony_encoding
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN = 200006, 200007, 200008, 200005, 200003
@@ -97,15 +98,7 @@ def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> M
 
 
 def _text_only(msg: m.Message, index: int) -> str:
-    for j, part in enumerate(msg.content):
-        if not isinstance(part, m.TextPart):
-            raise InvalidRequest(
-                "This model's prompt format (harmony) accepts text only; "
-                f"content part of type {part.type!r} is not supported.",
-                param=f"messages[{index}].content[{j}]",
-                code="unsupported_content_type",
-            )
-    return msg.text
+    return text_only(msg, index, "This model's prompt format (harmony)")
 
 
 def _has_later_answer(messages: tuple[m.Message, ...], index: int) -> bool:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from app import model as m
 from app.errors import InvalidRequest
+from app.render.content import text_only
 from app.render.harmony import developer_message, response_format_section
 from app.vocab import harmony_encoding
 
@@ -75,13 +76,7 @@ def _check_name(name: str, param: str) -> str:
 
 
 def _text_only(msg: m.Message, index: int) -> str:
-    for j, part in enumerate(msg.content):
-        if not isinstance(part, m.TextPart):
-            raise InvalidRequest("This model's prompt format (openchatml) accepts text only; "
-                                 f"content part of type {part.type!r} is not supported.",
-                                 param=f"messages[{index}].content[{j}]",
-                                 code="unsupported_content_type")
-    return msg.text
+    return text_only(msg, index, "This model's prompt format (openchatml)")
 
 
 class _Builder:

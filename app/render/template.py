@@ -23,6 +23,7 @@ from typing import Any
 
 from app import model as m
 from app.errors import InvalidRequest
+from app.render.content import text_only
 from app.render.template_env import RenderCaps, render_raw
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters: never produced by templates
@@ -103,10 +104,7 @@ def template_messages(conv: m.Conversation, slot: Any = lambda s: s, value: Any 
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(conv.messages):
-        for j, part in enumerate(msg.content):
-            if not isinstance(part, m.TextPart):
-                raise InvalidRequest("This model's chat template takes text only.",
-                                     param=f"messages[{i}].content[{j}]", code="unsupported_content_type")
+        text_only(msg, i, "This model's chat template")
         role = "system" if msg.role == "developer" else msg.role
         d: dict[str, Any] = {"role": role, "content": slot(msg.text)}
         if msg.name:

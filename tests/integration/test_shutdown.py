@@ -45,7 +45,10 @@ def test_sigterm_ends_streams_with_a_terminal_event(tmp_path: Path, api: str) ->
     last = json.loads(data[-2])
     if api == "chat":
         assert last["error"]["code"] == "server_shutdown"
-    else:
-        assert last["type"] == "response.failed" and last["response"]["status"] == "cancelled"
+    else:  # the same terminal error as chat, in the Responses shape (not "cancelled": nobody cancelled)
+        error = json.loads(data[-3])
+        assert error["type"] == "error" and error["error"]["code"] == "server_shutdown"
+        assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
+        assert last["response"]["error"]["code"] == "server_shutdown"
     assert 0.8 <= t_end - t_sigterm < 10  # streamed through the 1 s grace period, then ended
     assert upstream.closed_at, "the upstream generation was closed"

@@ -1,7 +1,7 @@
 """Chat Completions encoding: the streamed chunks reassemble into the folded body.
 
 Random well-formed event sequences (reasoning, preambles, text, tool calls, any finish)
-go through :class:`ChatChunkEncoder` and through the fold + :func:`completion_body`;
+go through a streaming :class:`ChatEncoder` and a non-streaming one (its ``result()``);
 a client that accumulates the deltas the way the OpenAI SDK does must end up with the
 non-streaming message, whose ``content`` is the visible deltas in stream order.
 """
@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import events as ev
-from app.encode.chat import ChatChunkEncoder, completion_body
-from app.encode.fold import Folded
+from app.encode.chat import ChatEncoder
 from app.model import Usage
 
 texts = st.text(alphabet="abc xyz{}\":,", min_size=1, max_size=6)
@@ -64,12 +63,12 @@ def reassemble(chunks: list[dict[str, Any]]) -> tuple[dict[str, Any], str | None
 @settings(max_examples=300, deadline=None)
 @given(event_streams())
 def test_stream_reassembles_to_the_folded_body(events: list[ev.Event]) -> None:
-    enc = ChatChunkEncoder("chatcmpl-1", "m", 1, include_usage=True, logprobs=False)
+    enc = ChatEncoder("chatcmpl-1", "m", 1, include_usage=True, logprobs=False)
     chunks = enc.start() + [c for e in events for c in enc.encode(e)]
-    folded = Folded()
-    for e in events:
-        folded.add(e)
-    body = completion_body(folded, "chatcmpl-1", "m", 1, logprobs=False)
+    whole = ChatEncoder("chatcmpl-1", "m", 1, include_usage=True, logprobs=False, stream=False)
+    assert [c for e in events for c in whole.encode(e)] == []  # non-streaming: nothing framed
+    body = whole.result()
+    assert body == enc.result()  # both views fold the same events
     streamed, finish, usage = reassemble(chunks)
     message = body["choices"][0]["message"]
     assert streamed["role"] == message["role"] == "assistant"
@@ -87,7 +86,8 @@ def test_stream_reassembles_to_the_folded_body(events: list[ev.Event]) -> None:
 
 
 def test_error_event_is_an_openai_error_object() -> None:
-    enc = ChatChunkEncoder("chatcmpl-1", "m", 1, include_usage=False, logprobs=False)
+    enc = ChatEncoder("chatcmpl-1", "m", 1, include_usage=False, logprobs=False)
     [payload] = enc.encode(ev.Error("backend died", code="upstream_error"))
     assert payload == {"error": {"message": "backend died", "type": "server_error", "param": None,
                                  "code": "upstream_error"}}
+    assert enc.terminal and enc.encode(ev.Finished("stop", Usage())) == []  # one terminal only

@@ -192,7 +192,7 @@ async def test_store_false_get_delete_and_unknown_ids() -> None:
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]}]},
-     "input"),
+     "input[0].content[0]"),
     ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]}, "input[0].call_id"),
     ({"input": "x", "tool_choice": {"type": "function", "name": "missing"}, "tools": [WEATHER]},
      "tool_choice.name"),
@@ -312,7 +312,7 @@ async def test_streaming_response_cancelled_in_flight() -> None:
         task = asyncio.ensure_future(c.post("/v1/responses", json={"model": MODEL, "input": "hi",
                                                                     "stream": True}))
         await upstream.five_sent.wait()
-        (response_id,) = list(c._transport.app.state.responses.inflight)  # type: ignore[attr-defined]
+        (response_id,) = list(c._transport.app.state.engine.runs)  # type: ignore[attr-defined]
         r = await c.post(f"/v1/responses/{response_id}/cancel")
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
         streamed = await asyncio.wait_for(task, timeout=5)

@@ -1,0 +1,91 @@
+"""Plan and start runs: the one entry point both APIs call.
+
+:meth:`Engine.start` looks the model up, applies the model's configured defaults, checks
+what the backend can do, renders the prompt and fits it to the real context window
+(truncating the oldest turns when the request allows it), then asks the API for its
+encoder (which may describe the :class:`Plan`), opens the generation and starts the
+:class:`~app.engine.run.Run`.  Everything that fails before the run starts raises a
+:class:`~app.errors.GatewayError` (an HTTP error); a background run opens its generation
+inside its task, so only the planning can fail its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.access import ANONYMOUS, Principal
+from app.engine.run import Encoder, Mode, Run, RunHooks
+from app.model import Conversation, GenerationParams, ReasoningEffort
+from app.pipeline import ModelRoute, Prepared, open_stream, prepare
+from app.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What an API asks for, in the internal model."""
+
+    model: str
+    conversation: Conversation
+    params: GenerationParams
+    truncate: bool = False  # drop the oldest turns to fit the window (Responses ``truncation: auto``)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the engine decided before generating (encoders echo parts of it)."""
+
+    route: ModelRoute
+    params: GenerationParams  # with the model's defaults and within the context budget
+    reasoning_effort: ReasoningEffort  # the effort the model runs at
+    dropped_messages: int  # removed by truncation
+
+
+class Engine:
+    """Starts runs and knows the ones in flight (by id) in this process."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.runs: dict[str, Run] = {}
+
+    async def plan(self, request: RunRequest) -> tuple[Plan, Prepared]:
+        route = self.registry.route(request.model)
+        params = self.registry.with_defaults(request.model, request.params)
+        prepared = await prepare(route, request.conversation, params, truncate=request.truncate)
+        effort = params.reasoning_effort or route.default_reasoning_effort
+        return Plan(route, prepared.params, effort, prepared.dropped_messages), prepared
+
+    async def start(self, request: RunRequest, encoder: Callable[[Plan], Encoder], *, run_id: str,
+                    mode: Mode, owner: Principal = ANONYMOUS, hooks: RunHooks | None = None) -> Run:
+        """Plan, open and start a run.  ``stream`` / ``wait`` runs are opened here, so a
+        failure before the first upstream chunk raises; ``background`` runs are persisted
+        first and opened by their task."""
+        plan, prepared = await self.plan(request)
+        run = Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs)
+        if mode == "background":
+            if hooks is not None:
+                await hooks.started(run)
+            run.begin(open_stream(plan.route, prepared))
+            return run
+        stream = await open_stream(plan.route, prepared)
+        if hooks is not None:
+            try:
+                await hooks.started(run)
+            except BaseException:
+                await stream.aclose()
+                raise
+        run.begin(stream)
+        return run
+
+    def find(self, run_id: str) -> Run | None:
+        return self.runs.get(run_id)
+
+    async def shutdown(self, within: float) -> None:
+        """Cancel every run and give them ``within`` seconds to persist their end."""
+        runs = list(self.runs.values())
+        for run in runs:
+            run.cancel()
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=within)

@@ -1,0 +1,199 @@
+"""One run: a producer task that drives generation events through an API's encoder.
+
+The task pulls :mod:`app.events` from the generation, hands each to the run's
+:class:`Encoder` (the only API-specific part) and, when the run is streamed, queues
+what the encoder returns for :meth:`Run.frames`.  It is the only loop over events in
+the gateway.  It always ends with exactly one terminal: the encoder's own for
+``Finished`` / ``Error``, an ``Error`` for a failure of the loop itself or for
+:meth:`Run.stop` (shutdown), or the encoder's :meth:`Encoder.cancel` for
+:meth:`Run.cancel` (client gone, cancel endpoint).  The upstream request is closed
+whatever ends the run, and :class:`RunHooks` see it start and end (persistence).
+
+A run is designed to outlive its HTTP request (background responses, the cancel
+endpoint) and to be the unit that later holds several generations with tool calls in
+between: the loop only needs an async iterator of events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Literal, Protocol
+
+from app import events as ev
+from app.access import Principal
+from app.errors import GatewayError, from_event, to_event
+
+log = logging.getLogger("ocm_gateway")
+
+Json = dict[str, Any]
+Mode = Literal["stream", "wait", "background"]
+
+
+class Encoder(Protocol):
+    """An API's view of a run: events in, that API's payloads out (framing is the http
+    layer's).  ``result()`` is the non-streaming body: the fold of everything encoded."""
+
+    terminal: bool
+
+    def start(self) -> list[Json]: ...
+
+    def encode(self, event: ev.Event) -> list[Json]: ...
+
+    def cancel(self) -> list[Json]: ...
+
+    def result(self) -> Json: ...
+
+
+class RunHooks(Protocol):
+    """Persistence: ``started`` before the first event is produced (a failure aborts the
+    run), ``ended`` once it reached its terminal (failures are logged, not raised)."""
+
+    async def started(self, run: Run) -> None: ...
+
+    async def ended(self, run: Run) -> None: ...
+
+
+class Run:
+    """A run in flight; see the module docstring."""
+
+    def __init__(self, run_id: str, model: str, owner: Principal, encoder: Encoder, mode: Mode,
+                 hooks: RunHooks | None, registry: dict[str, Run]) -> None:
+        self.id = run_id
+        self.model = model
+        self.owner = owner
+        self.encoder = encoder
+        self.mode = mode
+        self.hooks = hooks
+        self.error: ev.Error | None = None  # the terminal error, when the run ended in one
+        self.task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Json | None] = asyncio.Queue()
+        self._registry = registry
+        self._stopping: GatewayError | None = None
+
+    @property
+    def persisted(self) -> bool:
+        return self.hooks is not None
+
+    def begin(self, events: AsyncIterator[ev.Event] | Awaitable[AsyncIterator[ev.Event]]) -> None:
+        """Start the producer; ``events`` may still have to be opened (background runs)."""
+        self._registry[self.id] = self
+        self.task = asyncio.get_running_loop().create_task(self._produce(events))
+
+    async def _produce(self, source: AsyncIterator[ev.Event] | Awaitable[AsyncIterator[ev.Event]],
+                       ) -> None:
+        stream: AsyncIterator[ev.Event] | None = None
+        encoder = self.encoder
+        try:
+            self._emit(encoder.start())
+            stream = source if isinstance(source, AsyncIterator) else await source
+            async for event in stream:
+                if isinstance(event, ev.Error):
+                    self.error = event
+                self._emit(encoder.encode(event))
+                if encoder.terminal:
+                    break
+        except asyncio.CancelledError:
+            pass
+        except GatewayError as exc:  # opening a background run's generation failed
+            self._fail(to_event(exc))
+        except Exception as exc:  # an encoder bug must not leave a stream without its end
+            log.exception("run %s failed", self.id)
+            self._fail(ev.Error(f"The gateway failed while answering ({type(exc).__name__}).",
+                                code="internal_error"))
+        finally:
+            if stream is not None:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
+            elif not isinstance(source, AsyncIterator):
+                close = getattr(source, "close", None)  # a coroutine never awaited
+                if close is not None:
+                    close()
+            if not encoder.terminal:
+                if self._stopping is not None:
+                    self._fail(to_event(self._stopping))
+                else:
+                    self._emit(encoder.cancel())
+            self._registry.pop(self.id, None)
+            if self.hooks is not None:
+                try:
+                    await self.hooks.ended(self)
+                except Exception:
+                    log.exception("run %s: could not persist its end", self.id)
+            self._queue.put_nowait(None)
+
+    def _fail(self, error: ev.Error) -> None:
+        if not self.encoder.terminal:
+            self.error = error
+            self._emit(self.encoder.encode(error))
+
+    def _emit(self, payloads: list[Json]) -> None:
+        if self.mode == "stream":
+            for payload in payloads:
+                self._queue.put_nowait(payload)
+
+    # -- consumers -------------------------------------------------------------------
+    def frames(self) -> Frames:
+        """The encoded events, once (streamed runs only)."""
+        return Frames(self)
+
+    async def result(self) -> Json:
+        """Wait for the end; the encoder's fold, or the terminal error raised with the status
+        its code has.  Leaving early (client gone) cancels the run unless it is a background
+        one."""
+        assert self.task is not None
+        try:
+            await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            if self.mode != "background":
+                self.cancel()
+            raise
+        if self.error is not None:
+            raise from_event(self.error)
+        return self.encoder.result()
+
+    async def finished(self, within: float) -> None:
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.task), within)
+
+    # -- control -----------------------------------------------------------------------
+    def cancel(self) -> None:
+        """End the run as cancelled (a no-op once it has ended)."""
+        if self.task is not None:
+            self.task.cancel()
+
+    def stop(self, reason: GatewayError) -> None:
+        """End the run with ``reason`` as its terminal error (shutdown)."""
+        if self._stopping is None:
+            self._stopping = reason
+        self.cancel()
+
+
+class Frames:
+    """A run's encoded events as an async iterator that is safe to cancel mid-wait (no
+    event is lost) and that cancels the run when closed before the end (client gone)."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._done = False
+
+    def __aiter__(self) -> Frames:
+        return self
+
+    async def __anext__(self) -> Json:
+        if self._done:
+            raise StopAsyncIteration
+        payload = await self._run._queue.get()
+        if payload is None:
+            self._done = True
+            raise StopAsyncIteration
+        return payload
+
+    async def aclose(self) -> None:
+        if not self._done and self._run.mode != "background":
+            self._run.cancel()

@@ -1,0 +1,58 @@
+"""A run as an HTTP response: SSE (drained on shutdown), JSON lines, or one JSON body.
+
+The only place a run's encoded events meet the wire.  Each API passes its framing
+(``data:`` lines for chat, named events for Responses); the ``[DONE]`` sentinel, the
+shutdown deadline, keep-alive pings and proxy headers are the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from sse_starlette import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from app.encode.sse import DONE
+from app.engine.run import Run
+from app.errors import ServerShutdown
+from app.http.disconnect import cancel_on_disconnect
+from app.http.responses import JSONResponse
+from app.http.shutdown import Drain, drained
+
+Frame = Callable[[dict[str, Any]], bytes]
+
+
+async def _framed(payloads: AsyncIterator[dict[str, Any]], frame: Frame,
+                  done: bytes | None) -> AsyncIterator[bytes]:
+    try:
+        async for payload in payloads:
+            yield frame(payload)
+        if done is not None:
+            yield done
+    finally:
+        aclose = getattr(payloads, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def sse_response(run: Run, frame: Frame, grace: float) -> Response:
+    drain = Drain(grace)
+
+    def stop() -> None:
+        run.stop(ServerShutdown("The gateway is shutting down; the answer was cut short."))
+
+    return EventSourceResponse(_framed(drained(run.frames(), drain, stop), frame, DONE), ping=15,
+                               sep="\n", shutdown_event=drain.event,
+                               shutdown_grace_period=drain.grace + 5,
+                               headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
+
+
+def jsonlines_response(run: Run, frame: Frame) -> Response:
+    return StreamingResponse(_framed(run.frames(), frame, None), media_type="application/jsonlines")
+
+
+async def json_response(request: Request, run: Run) -> Response:
+    """The run's non-streaming body; the client leaving cancels it (unless background)."""
+    return JSONResponse(await cancel_on_disconnect(request, run.result()))
