@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-_NAME = r"^[a-zA-Z0-9_-]+$"
 
 
 class _Wire(BaseModel):
@@ -74,8 +73,8 @@ class AssistantMessage(_Wire):
 class FunctionCallItem(_Wire):
     type: Literal["function_call"]
     id: str | None = None
-    call_id: str = Field(min_length=1, max_length=64)
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    call_id: str  # checked at ingest, as on every API
+    name: str  # checked at ingest, as on every API (app/ingest/validate.py)
     arguments: str
     status: str | None = None
 
@@ -83,7 +82,7 @@ class FunctionCallItem(_Wire):
 class FunctionCallOutputItem(_Wire):
     type: Literal["function_call_output"]
     id: str | None = None
-    call_id: str = Field(min_length=1, max_length=64)
+    call_id: str  # checked at ingest, as on every API
     output: str | list[InputPart]
     status: str | None = None
 
@@ -135,7 +134,7 @@ InputItem = Annotated[
 
 class FunctionToolParam(_Wire):
     type: Literal["function"] = "function"
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    name: str  # checked at ingest, as on every API (app/ingest/validate.py)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -165,7 +164,7 @@ class TextFormatJSONObject(_Wire):
 
 class TextFormatJSONSchema(_Wire):
     type: Literal["json_schema"]
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    name: str  # checked at ingest, as on every API (app/ingest/validate.py)
     schema_: dict[str, Any] = Field(alias="schema")
     description: str | None = None
     strict: bool | None = None

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from app.errors import InvalidRequest
 from app.ids import random_id
-from app.ingest.validate import check_function_name, check_json_schema
+from app.ingest.validate import check_call_id, check_function_name, check_json_schema
 from app.model import (
     ContentPart,
     Conversation,
@@ -119,6 +119,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0) -> tupl
             asst.content.append("".join(p.text for p in _parts(content, at) if isinstance(p, TextPart)))
         elif isinstance(item, wire.FunctionCallItem):
             check_function_name(item.name, f"{at}.name")
+            check_call_id(item.call_id, f"{at}.call_id")
             asst.calls.append(ToolCall(item.call_id, item.name, item.arguments))
             known_calls.add(item.call_id)
         elif isinstance(item, wire.FunctionCallOutputItem):
@@ -168,6 +169,7 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
         return None
     if isinstance(fmt, wire.TextFormatJSONObject):
         return ResponseFormat("json_object", {"type": "object"})
+    check_function_name(fmt.name, "text.format.name")
     if fmt.schema_ is not None:
         check_json_schema(fmt.schema_, "text.format.schema")
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
@@ -176,6 +178,7 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
 def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
     tools: list[FunctionTool] = []
     for i, t in enumerate(body.tools or []):
+        check_function_name(t.name, f"tools[{i}].name")
         if t.name in {x.name for x in tools}:
             raise InvalidRequest(f"Duplicate tool name {t.name!r}.", param=f"tools[{i}].name")
         if t.parameters is not None:

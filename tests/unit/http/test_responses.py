@@ -319,3 +319,25 @@ async def test_streaming_response_cancelled_in_flight() -> None:
     events, names, done = _sse(streamed.text)
     final = check_stream(events, names)
     assert done and final["status"] == "cancelled" and upstream.closed_at is not None
+
+
+@pytest.mark.parametrize(("chat", "responses", "code"), [
+    ({"tools": [{"type": "function", "function": {"name": "bad name<|end|>"}}]},
+     {"tools": [{"type": "function", "name": "bad name<|end|>"}]}, "invalid_function_name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}},
+     {"text": {"format": {"type": "json_schema", "name": "a b", "schema": {}}}}, "invalid_function_name"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
+        {"id": "call 1<|x|>", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
+     {"input": [{"type": "function_call", "call_id": "call 1<|x|>", "name": "f", "arguments": "{}"}]},
+     "invalid_tool_call_id"),
+])
+async def test_both_apis_refuse_the_same_names_and_ids_alike(chat: dict[str, Any], responses: dict[str, Any],
+                                                          code: str) -> None:
+    replay = Replay("03a_completion_tokenids_stream")
+    async with gateway(replay.transport()) as c:
+        r1 = await c.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "x"}], **chat})
+        r2 = await c.post("/v1/responses", json={"model": MODEL, "input": "x", **responses})
+    assert (r1.status_code, r1.json()["error"]["code"]) == (400, code), r1.text
+    assert (r2.status_code, r2.json()["error"]["code"]) == (400, code), r2.text
+    assert replay.requests == []
