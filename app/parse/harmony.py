@@ -20,9 +20,9 @@ from __future__ import annotations
 from openai_harmony import Role, StreamableParser, StreamState
 
 from app import events as ev
-from app.ids import random_id
 from app.model import Chunk, Finish, TokenLogprob, Usage
 from app.parse.accounting import Accounting
+from app.parse.parts import Parts
 from app.render.harmony import CALL, END, RETURN
 from app.vocab import harmony_encoding
 
@@ -37,11 +37,8 @@ class HarmonyEventParser:
         self._parser = StreamableParser(harmony_encoding(), Role.ASSISTANT, strict=False)
         self._acct = Accounting(prompt_tokens)
         self._in_content = False
-        self._arguments: list[str] = []
+        self._parts = Parts()
         self._kind: _Kind | None = None
-        self._tool_index = -1
-        self._call_id = ""
-        self._call_name = ""
         self._stop_token: int | None = None
         self._done = False
         self._pending_logprobs: list[TokenLogprob] = []
@@ -122,11 +119,7 @@ class HarmonyEventParser:
             return
         if recipient and recipient.startswith("functions."):
             self._kind = "tool"
-            self._tool_index += 1
-            self._call_id = random_id("call_")
-            self._call_name = recipient.removeprefix("functions.")
-            self._arguments = []
-            self._out.append(ev.ToolCallStarted(self._tool_index, self._call_id, self._call_name))
+            self._parts.start_call(recipient.removeprefix("functions."), self._out)
         elif recipient and recipient != "assistant":
             self._kind = "unsupported"
             self._out.append(ev.Error(f"The model addressed {recipient!r}, a built-in tool this "
@@ -143,27 +136,23 @@ class HarmonyEventParser:
         if self._done:
             return
         kind = self._kind
-        if kind == "reasoning":
-            self._out.append(ev.ReasoningDelta(delta))
-        elif kind == "preamble":
-            self._out.append(ev.PreambleDelta(delta))
-        elif kind == "text":
+        if kind == "text":
             lps = tuple(self._pending_logprobs) if self._pending_logprobs else None
             self._pending_logprobs = []
-            self._out.append(ev.TextDelta(delta, lps))
+            self._parts.delta("text", delta, self._out, lps)
+        elif kind in ("reasoning", "preamble"):
+            self._parts.delta(kind, delta, self._out)  # type: ignore[arg-type]
         elif kind == "tool":
-            self._arguments.append(delta)
-            self._out.append(ev.ToolCallArgumentsDelta(self._tool_index, delta))
+            self._parts.arguments(delta, self._out)
 
     def _close_message(self) -> None:
         kind, self._kind = self._kind, None
         if self._done:
             return
         if kind == "tool":
-            self._out.append(ev.ToolCallDone(self._tool_index, self._call_id, self._call_name,
-                                             "".join(self._arguments)))
-        elif kind in ("reasoning", "preamble", "text"):
-            self._out.append(ev.PartDone(kind))  # type: ignore[arg-type]
+            self._parts.end_call(self._out)
+        else:
+            self._parts.close(self._out)
 
     def usage(self) -> Usage:
         return self._acct.usage()
@@ -174,17 +163,13 @@ class HarmonyEventParser:
             return None
         self._done = True
         if finish.kind == "length":
-            self._close_part()
+            self._parts.close(self._out)  # an unfinished call stays open: the budget cut it
             return "length"
-        if self._stop_token == CALL and self._tool_index >= 0:
+        if self._stop_token == CALL and self._parts.calls:
             return "tool_calls"
         if self._stop_token is not None or finish.kind == "stop_string":
-            self._close_part()
+            self._parts.close(self._out)
             return "stop"
         self._out.append(ev.Error("The backend reported end of generation without a Harmony "
                                   "stop token; the answer is incomplete.", code="stream_truncated"))
         return None
-
-    def _close_part(self) -> None:
-        if self._kind in ("reasoning", "preamble", "text"):
-            self._out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]

@@ -28,7 +28,6 @@ import json
 from typing import Literal
 
 from app import events as ev
-from app.ids import random_id
 from app.parse.base import EndKind
 from app.parse.openchatml_header import (
     CALL,
@@ -50,6 +49,7 @@ from app.parse.openchatml_header import (
     is_call,
     parse_header,
 )
+from app.parse.parts import Parts
 
 Recipients = Literal["any", "functions"]
 _State = Literal["header", "body", "between"]
@@ -73,11 +73,9 @@ class OpenChatMLDecoder:
         self._constrain: list[str] | None = None
         self._header_pos = 0
         self._header: Header | None = None
-        self._kind: str | None = None  # reasoning | preamble | text | tool
+        self._kind: ev.PartKind | Literal["tool"] | None = None
         self._body: list[str] = []
-        self._calls = 0
-        self._call_id = ""
-        self._call_name = ""
+        self._parts = Parts()
         self._messages = 0
         self._failed = False
         self._pending: list[ev.Event] = []
@@ -111,8 +109,7 @@ class OpenChatMLDecoder:
             if self.stopped is not None:
                 return out, self.stopped
             if end == "length":
-                if self._state == "body" and self._kind != "tool":
-                    out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
+                self._parts.close(out)  # an unfinished call stays open: the budget cut it
                 return out, "length"
             if end == "closed" or self._lexer.in_literal:
                 raise SpecError("E-STREAM-TRUNCATED", "the stream ended without a stop token",
@@ -126,7 +123,7 @@ class OpenChatMLDecoder:
             if self._state == "header" and (self._messages or not self._header_empty()):
                 raise SpecError("E-STREAM-TRUNCATED", "the stream ended inside a message "
                                 "header", self._lexer.offset)
-            return out, "tool_calls" if self._calls else "stop"
+            return out, "tool_calls" if self._parts.calls else "stop"
         except SpecError as exc:
             out.append(self._fail(exc))
             return out, None
@@ -183,7 +180,7 @@ class OpenChatMLDecoder:
                               None if self._constrain is None else "".join(self._constrain),
                               pos=self._header_pos, implicit_role=self._implicit_role)
         if header.role != "assistant":  # the model began another role's turn: ours is over
-            self.stopped = "tool_calls" if self._calls else "stop"
+            self.stopped = "tool_calls" if self._parts.calls else "stop"
             return
         if header.channel is None and self._require_channels:
             raise SpecError("E-PARSE-CHANNEL-MISSING", "the active profile requires a channel "
@@ -197,9 +194,7 @@ class OpenChatMLDecoder:
                                     "gateway does not provide.", code="unsupported_recipient"))
                 return
             self._kind = "tool"
-            self._call_id = header.call_id or random_id("call_")
-            self._call_name = recipient.removeprefix("functions.")
-            out.append(ev.ToolCallStarted(self._calls, self._call_id, self._call_name))
+            self._parts.start_call(recipient.removeprefix("functions."), out, header.call_id)
         else:
             self._kind = classify(header)
 
@@ -212,20 +207,17 @@ class OpenChatMLDecoder:
             if kind == RETURN:
                 self.stopped = "stop"
             elif kind == CALL:
-                self.stopped = "tool_calls" if self._calls else "stop"
+                self.stopped = "tool_calls" if self._parts.calls else "stop"
             return
         text = piece.text if kind == "text" else TOKEN_TEXT[kind]
         if not text:
             return
         self._body.append(text)
-        if self._kind == "tool":
-            out.append(ev.ToolCallArgumentsDelta(self._calls, text))
-        elif self._kind == "reasoning":
-            out.append(ev.ReasoningDelta(text))
-        elif self._kind == "preamble":
-            out.append(ev.PreambleDelta(text))
-        else:
-            out.append(ev.TextDelta(text))
+        part = self._kind
+        if part == "tool":
+            self._parts.arguments(text, out)
+        elif part is not None:
+            self._parts.delta(part, text, out)
 
     def _close(self, out: list[ev.Event], pos: int) -> None:
         header = self._header
@@ -239,9 +231,8 @@ class OpenChatMLDecoder:
                                 "JSON its <|constrain|>json header declares", pos) from None
         self._messages += 1
         if self._kind == "tool":
-            out.append(ev.ToolCallDone(self._calls, self._call_id, self._call_name, body))
-            self._calls += 1
+            self._parts.end_call(out)
         else:
-            out.append(ev.PartDone(self._kind))  # type: ignore[arg-type]
+            self._parts.close(out)
         self._kind = None
         self._state = "between"

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 from app import events as ev
 from app.parse.base import EndKind
+from app.parse.parts import Parts
 
 
 class PlainTextDecoder:
     def __init__(self) -> None:
         self.stopped: ev.FinishReason | None = None
-        self._open = False
+        self._parts = Parts()
 
     def decode(self, text: str) -> list[ev.Event]:
-        if not text:
-            return []
-        self._open = True
-        return [ev.TextDelta(text)]
+        out: list[ev.Event] = []
+        self._parts.delta("text", text, out)
+        return out
 
     def flush(self, end: EndKind) -> tuple[list[ev.Event], ev.FinishReason | None]:
-        events: list[ev.Event] = [ev.PartDone("text")] if self._open else []
+        events: list[ev.Event] = []
+        self._parts.end(events)
         if end == "length":
             return events, "length"
         if end in ("eos", "stop_string"):

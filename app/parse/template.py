@@ -13,7 +13,8 @@ marker, when the model writes it as text, stops parsing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from enum import Enum, auto
 from typing import Any
 
 from app import events as ev
@@ -23,6 +24,7 @@ from app.chat_template.jsonish import ValueScanner, loads_lenient
 from app.chat_template.markers import Found, Marker, Status, earliest
 from app.chat_template.tools import ToolFormat
 from app.parse.base import EndKind
+from app.parse.parts import Parts
 from app.parse.template_calls import CallBuilder
 
 
@@ -32,6 +34,22 @@ def _starts_in_reasoning(a: TemplateAnalysis, prompt_text: str) -> bool:
     start, end = a.reasoning.start, a.reasoning.end
     tail = prompt_text.rstrip()
     return bool(start) and tail.endswith(start) and not (end and tail.endswith(end))
+
+
+class S(Enum):
+    """The decoder's states; :data:`_STEPS` maps each to its step method."""
+
+    START = auto()  # before anything: is there a reasoning start marker?
+    REASONING = auto()
+    CONTENT = auto()
+    SECTION = auto()  # inside a tool section, between calls
+    JSON_CALL = auto()  # a JSON call object (JSON_NATIVE)
+    NAME = auto()  # a tagged call's function name
+    CALL_ID = auto()
+    ARGS_JSON = auto()  # TAG_WITH_JSON arguments
+    CLOSE = auto()  # the call's close marker
+    ARGS = auto()  # TAG_WITH_TAGGED arguments
+    DONE = auto()
 
 
 def _marker_at(text: str) -> int:
@@ -48,10 +66,10 @@ class TemplateDecoder:
         t = a.tools
         self.stopped: ev.FinishReason | None = None
         self._buf = ""
-        self._state = "reasoning" if _starts_in_reasoning(a, prompt_text) else "start"
-        self._open: dict[str, bool] = {"reasoning": False, "text": False}
+        self._state = S.REASONING if _starts_in_reasoning(a, prompt_text) else S.START
+        self._parts = Parts()
         self._ws = ""  # trailing whitespace held back in the open part
-        self._calls = CallBuilder(t, {x.name: x.parameters or {} for x in tools})
+        self._calls = CallBuilder(t, {x.name: x.parameters or {} for x in tools}, self._parts)
         self._r_start, self._r_end = Marker(a.reasoning.start), Marker(a.reasoning.end)
         self._turn_end = Marker(eos_token if a.turn_end_is_eos else a.turn_end)
         self._skip_in_content = [Marker(a.content.start), Marker(a.content.end)]
@@ -76,8 +94,10 @@ class TemplateDecoder:
         self._failed = False
 
     # ------------------------------------------------------------------ text parts
-    def _text(self, kind: str, text: str, out: list[ev.Event]) -> None:
-        if not self._open[kind]:
+    def _text(self, kind: ev.PartKind, text: str, out: list[ev.Event]) -> None:
+        """Part text without the whitespace next to markers: leading whitespace of a part is
+        dropped, trailing whitespace held until more text follows."""
+        if self._parts.open != kind:
             text = text.lstrip()
             if not text:
                 return
@@ -86,36 +106,31 @@ class TemplateDecoder:
             self._ws += text
             return
         self._ws = (self._ws + text)[len(body):]
-        self._open[kind] = True
-        out.append(ev.ReasoningDelta(body) if kind == "reasoning" else ev.TextDelta(body))
+        self._parts.delta(kind, body, out)
 
-    def _close_part(self, kind: str, out: list[ev.Event]) -> None:
+    def _close_part(self, kind: ev.PartKind, out: list[ev.Event]) -> None:
         self._ws = ""
-        if self._open[kind]:
-            self._open[kind] = False
-            out.append(ev.PartDone("reasoning" if kind == "reasoning" else "text"))
+        if self._parts.open == kind:
+            self._parts.close(out)
 
     # ------------------------------------------------------------------ protocol
     def decode(self, text: str) -> list[ev.Event]:
-        if self._failed or self._state == "done":
+        if self._failed or self._state is S.DONE:
             return []
         self._buf += text
         return self._run(final=False)
 
     def flush(self, end: EndKind) -> tuple[list[ev.Event], ev.FinishReason | None]:
-        out = [] if self._failed or self._state == "done" else self._run(final=True)
+        out = [] if self._failed or self._state is S.DONE else self._run(final=True)
         if self._failed:
             return out, None
-        if self._state == "reasoning":
+        if self._state is S.REASONING:
             self._close_part("reasoning", out)
         self._close_part("text", out)
-        if self._calls.active and end != "length":
-            done = self._calls.finish_pending()
-            if done is None:
-                out.append(ev.Error("The model's tool call ended before it was complete.",
-                                    code="tool_call_parse_error"))
-                return out, None
-            out.extend(done)
+        if self._calls.active and end != "length" and not self._calls.finish_pending(out):
+            out.append(ev.Error("The model's tool call ended before it was complete.",
+                                code="tool_call_parse_error"))
+            return out, None
         if end == "length":
             return out, "length"
         if self.stopped is not None:
@@ -126,9 +141,8 @@ class TemplateDecoder:
 
     def _run(self, final: bool) -> list[ev.Event]:
         out: list[ev.Event] = []
-        while self._state != "done" and not self._failed:
-            step = getattr(self, f"_st_{self._state}")
-            if not step(out, final):
+        while self._state is not S.DONE and not self._failed:
+            if not _STEPS[self._state](self, out, final):
                 break
         return out
 
@@ -136,7 +150,7 @@ class TemplateDecoder:
         self._close_part("reasoning", out)
         self._close_part("text", out)
         self.stopped = "tool_calls" if self._calls.count else "stop"
-        self._state, self._buf = "done", ""
+        self._state, self._buf = S.DONE, ""
         return False
 
     def _fail(self, out: list[ev.Event], what: str) -> bool:
@@ -151,9 +165,9 @@ class TemplateDecoder:
             return False
         if got.status is Status.MATCH:
             self._buf = self._buf[got.end:]
-            self._state = "reasoning"
+            self._state = S.REASONING
             return True
-        self._state = "content"
+        self._state = S.CONTENT
         return True
 
     def _st_reasoning(self, out: list[ev.Event], final: bool) -> bool:
@@ -162,7 +176,7 @@ class TemplateDecoder:
         if got.status is Status.MATCH:
             self._buf = self._buf[got.end:]
             self._close_part("reasoning", out)
-            self._state = "content"
+            self._state = S.CONTENT
             return True
         self._buf = self._buf[got.start:]
         if final:
@@ -171,12 +185,12 @@ class TemplateDecoder:
         return False
 
     def _st_content(self, out: list[ev.Event], final: bool) -> bool:
-        if self._bare_json and not self._open["text"] and not self._calls.count:
+        if self._bare_json and self._parts.open != "text" and not self._calls.count:
             head = self._buf.lstrip()
             if not head and not final:
                 return False
             if head[:1] in ("{", "["):
-                self._state = "section"
+                self._state = S.SECTION
                 return True
         markers = [*self._triggers, *self._skip_in_content, self._turn_end]
         got, mk = earliest(self._buf, [x for x in markers if x], 0, final)
@@ -191,7 +205,7 @@ class TemplateDecoder:
             return self._stop(out)
         if mk in self._triggers:
             self._close_part("text", out)
-            self._state = "section"
+            self._state = S.SECTION
             return True
         self._buf = self._buf[got.end - got.start:]  # a content wrapper marker (now at 0)
         return True
@@ -216,10 +230,10 @@ class TemplateDecoder:
                 if mk is self._turn_end:
                     return self._stop(out)
                 if mk is self._opener:
-                    self._state = "json_call" if self._json else "name"
+                    self._state = S.JSON_CALL if self._json else S.NAME
                     self._scanner = ValueScanner()
                 elif mk is self._section_end:
-                    self._state = "content"
+                    self._state = S.CONTENT
                 return True
         if partial and not final:
             return False
@@ -229,7 +243,7 @@ class TemplateDecoder:
             self._buf = head[1:]
             return True
         if self._json and head[0] == "{":
-            self._buf, self._state, self._scanner = head, "json_call", ValueScanner()
+            self._buf, self._state, self._scanner = head, S.JSON_CALL, ValueScanner()
             return True
         if self._json and head[0] == "]" and self._array_open:
             self._array_open = False
@@ -240,8 +254,8 @@ class TemplateDecoder:
             self._buf = head[1:]
             return True
         # not a call after all: the rest is answer text
-        self._state = "content"
-        self._text("text", head if not self._open["text"] else buf, out)
+        self._state = S.CONTENT
+        self._text("text", head if self._parts.open != "text" else buf, out)
         self._buf = ""
         return True
 
@@ -251,7 +265,7 @@ class TemplateDecoder:
             self._buf = ""
             return False
         if head[0] not in "{[":
-            self._state = "section"
+            self._state = S.SECTION
             self._buf = head
             return True
         scanned = self._scanner.seen
@@ -266,11 +280,9 @@ class TemplateDecoder:
             return self._fail(out, "invalid JSON")
         items = value if isinstance(value, list) else [value]
         for item in items:
-            events = self._calls.from_json(item)
-            if events is None:
+            if not self._calls.from_json(item, out):
                 return self._fail(out, "unexpected JSON shape")
-            out.extend(events)
-        self._state = "section"
+        self._state = S.SECTION
         return True
 
     def _st_name(self, out: list[ev.Event], final: bool) -> bool:
@@ -305,8 +317,8 @@ class TemplateDecoder:
                 self._calls.set_id(self._a.tools.name_prefix.strip() + name + made[:_marker_at(made)])
             rest = rest[suffix.end:]
         self._buf = rest
-        self._state = "call_id" if self._id_prefix else ("args_json" if self._a.tools.format is
-                                                         ToolFormat.TAG_WITH_JSON else "args")
+        self._state = S.CALL_ID if self._id_prefix else (S.ARGS_JSON if self._a.tools.format is
+                                                         ToolFormat.TAG_WITH_JSON else S.ARGS)
         self._scanner = ValueScanner()
         return True
 
@@ -327,11 +339,11 @@ class TemplateDecoder:
                 return False
             if end.status is Status.MATCH:
                 self._buf = self._buf[end.end:]
-        self._state = "args_json" if self._a.tools.format is ToolFormat.TAG_WITH_JSON else "args"
+        self._state = S.ARGS_JSON if self._a.tools.format is ToolFormat.TAG_WITH_JSON else S.ARGS
         return True
 
     def _st_args_json(self, out: list[ev.Event], final: bool) -> bool:
-        out.extend(self._calls.started())
+        self._calls.started(out)
         head = self._buf.lstrip()
         if not head:
             self._buf = ""
@@ -351,7 +363,7 @@ class TemplateDecoder:
         if not isinstance(args, dict):
             return self._fail(out, "arguments are not a JSON object")
         self._buf = rest
-        self._state = "close"
+        self._state = S.CLOSE
         self._pending_args: dict[str, Any] = args
         return True
 
@@ -361,12 +373,12 @@ class TemplateDecoder:
             return False
         if got is not None and got.status is Status.MATCH:
             self._buf = self._buf[got.end:]
-        out.extend(self._calls.done(json.dumps(self._pending_args, ensure_ascii=False)))
-        self._state = "section"
+        self._calls.done(json.dumps(self._pending_args, ensure_ascii=False), out)
+        self._state = S.SECTION
         return True
 
     def _st_args(self, out: list[ev.Event], final: bool) -> bool:
-        out.extend(self._calls.started())
+        self._calls.started(out)
         buf = self._buf
         for mk in (self._arg_prefix, self._close):
             got = mk.match_ws(buf, 0, final) if mk else None
@@ -376,8 +388,8 @@ class TemplateDecoder:
                 return False
             if mk is self._close:
                 self._buf = buf[got.end:]
-                out.extend(self._calls.finish_tagged())
-                self._state = "section"
+                self._calls.finish_tagged(out)
+                self._state = S.SECTION
                 return True
             rest = buf[got.end:]
             name_end = self._arg_name_end.find(rest, 0, final)
@@ -398,10 +410,18 @@ class TemplateDecoder:
         if not buf.strip() and not final:
             return False
         # anything else ends the call (the close marker was left out)
-        out.extend(self._calls.finish_tagged())
-        self._state = "section"
+        self._calls.finish_tagged(out)
+        self._state = S.SECTION
         return True
 
+
+_STEPS: dict[S, Callable[[TemplateDecoder, list[ev.Event], bool], bool]] = {
+    S.START: TemplateDecoder._st_start, S.REASONING: TemplateDecoder._st_reasoning,
+    S.CONTENT: TemplateDecoder._st_content, S.SECTION: TemplateDecoder._st_section,
+    S.JSON_CALL: TemplateDecoder._st_json_call, S.NAME: TemplateDecoder._st_name,
+    S.CALL_ID: TemplateDecoder._st_call_id, S.ARGS_JSON: TemplateDecoder._st_args_json,
+    S.CLOSE: TemplateDecoder._st_close, S.ARGS: TemplateDecoder._st_args,
+}
 
 
 def template_decoder(source: str, segments: Sequence[tuple[str, bool]], *,

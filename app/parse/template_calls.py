@@ -1,8 +1,8 @@
 """Tool-call bookkeeping for :mod:`app.parse.template`: indices, ids, typed arguments.
 
 Calls are announced (:class:`~app.events.ToolCallStarted`) as soon as their name is
-known and completed with one arguments delta holding the whole JSON object, so the
-deltas always concatenate to exactly the final ``arguments``.  Tagged argument values
+known and completed with one arguments delta holding the whole JSON object (through the
+shared :class:`~app.parse.parts.Parts`, which keeps indexes and ids).  Tagged argument values
 arrive as text: a parameter whose schema type is ``string`` stays a string, anything
 else is decoded as JSON (Python literals accepted) when it parses.
 """
@@ -10,12 +10,12 @@ else is decoded as JSON (Python literals accepted) when it parses.
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 from app import events as ev
 from app.chat_template.jsonish import loads_lenient
 from app.chat_template.tools import ToolAnalysis
+from app.parse.parts import Parts
 
 
 def _get(obj: Any, path: str) -> Any:
@@ -63,14 +63,21 @@ def typed_value(raw: str, schema: dict[str, Any] | None, name: str) -> Any:
 
 
 class CallBuilder:
-    def __init__(self, tools: ToolAnalysis, schemas: dict[str, dict[str, Any]]) -> None:
+    """The call being read: its name, id and typed arguments until it is announced and
+    completed through the shared :class:`~app.parse.parts.Parts`."""
+
+    def __init__(self, tools: ToolAnalysis, schemas: dict[str, dict[str, Any]], parts: Parts) -> None:
         self._t = tools
         self._schemas = schemas
-        self.count = 0
+        self._parts = parts
         self._name: str | None = None
         self._id: str | None = None
         self._announced = False
         self._args: dict[str, Any] = {}
+
+    @property
+    def count(self) -> int:
+        return self._parts.calls
 
     @property
     def active(self) -> bool:
@@ -85,60 +92,57 @@ class CallBuilder:
     def set_id(self, call_id: str) -> None:
         self._id = call_id or None
 
-    def started(self) -> list[ev.Event]:
+    def started(self, out: list[ev.Event]) -> None:
         if self._name is None or self._announced:
-            return []
+            return
         self._announced = True
-        if self._id is None:
-            self._id = "call_" + secrets.token_hex(12)
-        return [ev.ToolCallStarted(self.count, self._id, self._name)]
+        self._parts.start_call(self._name, out, self._id)
 
-    def done(self, arguments: str) -> list[ev.Event]:
-        out = self.started()
-        assert self._name is not None and self._id is not None
-        out += [ev.ToolCallArgumentsDelta(self.count, arguments),
-                ev.ToolCallDone(self.count, self._id, self._name, arguments)]
-        self.count += 1
+    def done(self, arguments: str, out: list[ev.Event]) -> None:
+        self.started(out)
+        self._parts.arguments(arguments, out)
+        self._parts.end_call(out)
         self._name = None
-        return out
 
     def add_arg(self, name: str, raw: str) -> None:
         assert self._name is not None
         self._args[name] = typed_value(raw, self._schemas.get(self._name), name)
 
-    def finish_tagged(self) -> list[ev.Event]:
-        return self.done(json.dumps(self._args, ensure_ascii=False))
+    def finish_tagged(self, out: list[ev.Event]) -> None:
+        self.done(json.dumps(self._args, ensure_ascii=False), out)
 
-    def finish_pending(self) -> list[ev.Event] | None:
+    def finish_pending(self, out: list[ev.Event]) -> bool:
         """At end of input: a tagged call whose arguments are complete can be closed."""
         if self._name is not None and self._t.arg_name_prefix:
-            return self.finish_tagged()
-        return None
+            self.finish_tagged(out)
+            return True
+        return False
 
-    def from_json(self, item: Any) -> list[ev.Event] | None:
-        """A whole JSON_NATIVE call object → events, or None if it has the wrong shape."""
+    def from_json(self, item: Any, out: list[ev.Event]) -> bool:
+        """A whole JSON_NATIVE call object → events; False if it has the wrong shape."""
         if not isinstance(item, dict):
-            return None
+            return False
         t = self._t
         if t.fun_name_is_key:
             if len(item) != 1:
-                return None
+                return False
             name, args = next(iter(item.items()))
         else:
             name, args = _get(item, t.name_field), _get(item, t.args_field)
         if not isinstance(name, str) or not name:
-            return None
+            return False
         if isinstance(args, str):
             try:
                 args = loads_lenient(args) if args.strip() else {}
             except ValueError:
-                return None
+                return False
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            return None
+            return False
         self.begin(name)
         call_id = _get(item, t.id_field) if t.id_field else None
         if isinstance(call_id, str | int) and str(call_id):
             self._id = str(call_id)
-        return self.done(json.dumps(args, ensure_ascii=False))
+        self.done(json.dumps(args, ensure_ascii=False), out)
+        return True
