@@ -1,4 +1,6 @@
-"""The adapter seam: what every backend provides, and how HTTP failures map to errors."""
+"""The adapter seam: what every backend provides, and how HTTP failures map to errors.
+
+The transport every backend shares is :mod:`adapters.transport`."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import anyio
 import httpx
 import orjson
 
-from adapters.sse import SSEDecoder
 from app.errors import (
     ContextLengthExceeded,
     GatewayError,
@@ -153,73 +154,6 @@ def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayErr
 ErrorMapper = Callable[[int, bytes, httpx.Headers], GatewayError]
 
 
-async def post_sse(client: httpx.AsyncClient, base: str, path: str, body: dict[str, Any],
-                   backend: str, *, headers: Mapping[str, str] | None = None,
-                   errors: ErrorMapper = status_error,
-                   is_last: Callable[[dict[str, Any]], bool] | None = None,
-                   ) -> AsyncIterator[dict[str, Any]]:
-    """POST ``body`` as JSON and yield each SSE ``data`` payload as a JSON object.
-
-    Non-200 answers (mapped by ``errors``) and transport failures raise typed gateway
-    errors; ``headers`` are added to the request (e.g. auth); ``[DONE]`` is
-    skipped.  Leaving the iteration early closes the upstream response (and with it the
-    connection), which is how a client disconnect cancels the generation.
-
-    ``is_last`` recognises the backend's final event (the one after which the gateway stops
-    reading): the rest of the body, normally only the end of the chunked encoding and a
-    ``[DONE]``, is read before that event is yielded, so the finished response leaves its
-    connection in the pool for the next request instead of being closed with it.
-    """
-    decoder = SSEDecoder()
-    try:
-        async with client.stream(
-            "POST", f"{base}{path}", content=orjson.dumps(body),
-            headers={"content-type": "application/json", "accept": "text/event-stream",
-                     **(headers or {})},
-        ) as response:
-            if response.status_code != 200:
-                raise errors(response.status_code, await response.aread(), response.headers)
-            raws = response.aiter_raw()
-            async for raw in raws:
-                pending = decoder.decode(raw)
-                for i, data in enumerate(pending):
-                    if data == "[DONE]":
-                        continue
-                    event = _json_event(data, backend)
-                    if is_last is not None and is_last(event):
-                        rest = pending[i + 1:] + await _drain(raws, decoder)
-                        yield event
-                        for data in rest:
-                            if data != "[DONE]":
-                                yield _json_event(data, backend)
-                        return
-                    yield event
-            for data in decoder.flush():
-                if data != "[DONE]":
-                    yield _json_event(data, backend)
-    except httpx.HTTPError as exc:
-        raise transport_error(exc, base) from exc
-
-
-def usage_only(event: dict[str, Any]) -> bool:
-    """The final event of an OpenAI-style stream with ``include_usage``: usage, no choices."""
-    return event.get("usage") is not None and not event.get("choices")
-
-
-DRAIN_SECONDS = 1.0
-
-
-async def _drain(raws: AsyncIterator[bytes], decoder: SSEDecoder) -> list[str]:
-    """What is left of a finished response body (bounded in time: a backend that keeps the
-    body open is simply closed, as before)."""
-    rest: list[str] = []
-    with anyio.move_on_after(DRAIN_SECONDS):
-        async for raw in raws:
-            rest += decoder.decode(raw)
-        rest += decoder.flush()
-    return rest
-
-
 MAX_TOKEN_ID = 2**31  # no vocabulary comes near; anything at or above is not a token id
 
 
@@ -233,25 +167,3 @@ def token_ids(value: Any, backend: str) -> tuple[int, ...]:
         raise UpstreamError(f"{backend} sent invalid token ids: {str(value)[:80]}",
                             code="invalid_upstream_tokens")
     return tuple(value)
-
-
-def _json_event(data: str, backend: str) -> dict[str, Any]:
-    try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamError(f"{backend} sent a malformed stream event: {data[:200]!r}") from exc
-    if not isinstance(event, dict):
-        raise UpstreamError(f"{backend} sent a stream event that is not an object.")
-    return event
-
-
-async def any_healthy(client: httpx.AsyncClient, base_urls: list[str], path: str = "/health",
-                      headers: Mapping[str, str] | None = None) -> bool:
-    """True when at least one replica answers ``GET {base}{path}`` with 200 within 2 s."""
-    for url in base_urls:
-        try:
-            if (await client.get(f"{url}{path}", headers=headers, timeout=2.0)).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            continue
-    return False

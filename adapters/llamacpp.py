@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import orjson
 
-from adapters.base import (
-    Capabilities,
-    WindowCache,
-    any_healthy,
-    get_json,
-    post_sse,
-    status_error,
-    token_ids,
-    transport_error,
-)
-from adapters.routing import ReplicaPool, RetryPolicy, failover
-from app.errors import InvalidRequest, UpstreamError
+from adapters.base import Capabilities, get_json, status_error, token_ids, transport_error
+from adapters.routing import RetryPolicy
+from adapters.transport import Framing, HttpBackend, any_healthy
+from app.errors import GatewayError, InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
 _STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop_string"}
@@ -85,34 +76,37 @@ _MARKER_PIECE = re.compile(r"^\s*(<[^<>\s]{2,}>|\[[A-Z_/]{2,}\])\s*$")
 _BREAK_AFTER = re.compile(r"(?<=[<\[])")
 
 
-class LlamaCppBackend:
+class LlamaCppDialect:
+    """llama-server's native ``/completion`` (see the module docstring)."""
+
     kind = "llamacpp"
+    label = "llama.cpp"
+    framing: Framing = "sse"
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
                                 seed=True, json_schema=True, images=False, tokenize=True,
                                 ignore_eos=True)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
-                 policy: RetryPolicy | None = None) -> None:
-        if not base_urls:
-            raise ValueError("llama.cpp backend needs at least one base URL")
-        self._client = client
-        self.base_urls = [u.rstrip("/") for u in base_urls]
-        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+    def url(self, base: str) -> str:
+        return f"{base}/completion"
 
-        self._window = WindowCache(self._discover_window)
+    def headers(self) -> Mapping[str, str]:
+        return {}
 
-    async def ready(self) -> bool:
-        return await any_healthy(self._client, self.base_urls)
+    def reader(self) -> LlamaCppReader:
+        return LlamaCppReader()
 
-    async def context_window(self) -> int | None:
-        return await self._window.get()
+    def error(self, status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+        return status_error(status, body, headers)
 
-    async def _discover_window(self) -> int | None:
+    async def ready(self, client: httpx.AsyncClient, bases: Sequence[str]) -> bool:
+        return await any_healthy(client, [f"{b}/health" for b in bases])
+
+    async def context_window(self, client: httpx.AsyncClient, bases: Sequence[str]) -> int | None:
         """The per-slot context from ``GET /props`` (``-c`` divided among ``-np`` slots); the
         smallest over the replicas, since a request may land on any of them."""
         windows = []
-        for url in self.base_urls:
-            props = await get_json(self._client, f"{url}/props")
+        for url in bases:
+            props = await get_json(client, f"{url}/props")
             n_ctx = (props or {}).get("default_generation_settings", {}).get("n_ctx")
             if isinstance(n_ctx, int) and n_ctx > 0:
                 windows.append(n_ctx)
@@ -147,6 +141,41 @@ class LlamaCppBackend:
         if prompt.json_schema is not None:
             body["json_schema"] = prompt.json_schema  # llama.cpp compiles it to a grammar
         return body
+
+
+class LlamaCppReader:
+    def chunk(self, event: dict[str, Any]) -> Chunk:
+        return event_to_chunk(event)
+
+    def is_last(self, event: dict[str, Any]) -> bool:
+        return event.get("stop") is True
+
+
+class LlamaCppBackend(HttpBackend):
+    """llama.cpp over the shared transport; it also tokenizes (segments → safe token ids)
+    and reports the GGUF's chat template (``GET /props``)."""
+
+    kind = LlamaCppDialect.kind
+    capabilities = LlamaCppDialect.capabilities
+
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
+                 policy: RetryPolicy | None = None) -> None:
+        super().__init__(client, base_urls, LlamaCppDialect(), policy)
+
+    async def chat_template(self) -> tuple[str, str, str]:
+        """(chat_template, bos_token, eos_token) from the first replica's ``GET /props``."""
+        base = self.base_urls[0]
+        try:
+            response = await self._client.get(f"{base}/props")
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, base) from exc
+        if response.status_code != 200:
+            raise status_error(response.status_code, response.content, response.headers)
+        props = orjson.loads(response.content)
+        template = props.get("chat_template") if isinstance(props, dict) else None
+        if not isinstance(template, str) or not template:
+            raise UpstreamError(f"The backend at {base} reports no chat template in /props.")
+        return template, str(props.get("bos_token") or ""), str(props.get("eos_token") or "")
 
     async def _tokenize(self, text: str, special: bool) -> list[dict[str, Any]]:
         body = {"content": text, "add_special": False, "parse_special": special, "with_pieces": True}
@@ -191,14 +220,3 @@ class LlamaCppBackend:
             self._trusted_ids(text) if trusted else self._untrusted_ids(text)
             for text, trusted in segments))
         return [i for part in parts for i in part]
-
-    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        body = self.request_body(prompt, params)
-        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, base, "/completion", body, "llama.cpp",
-                            is_last=lambda event: event.get("stop") is True)
-
-        # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream)) as events:
-            async for event in events:
-                yield event_to_chunk(event)

@@ -19,14 +19,13 @@ deliberately not used: it re-tokenizes text, so it cannot carry Harmony safely.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import orjson
 
-from adapters.base import Capabilities, any_healthy, transport_error
+from adapters.base import Capabilities
 from adapters.chat_messages import (
     body_error,
     conversation,
@@ -37,8 +36,9 @@ from adapters.chat_messages import (
     stream_error,
     tool_names_by_call_id,
 )
-from adapters.routing import ReplicaPool, RetryPolicy, failover
-from app.errors import InvalidRequest, UpstreamError
+from adapters.routing import RetryPolicy
+from adapters.transport import Framing, HttpBackend, any_healthy
+from app.errors import GatewayError, InvalidRequest, UpstreamError
 from app.model import (
     Chunk,
     Conversation,
@@ -135,6 +135,9 @@ class OllamaStream:
     def __init__(self) -> None:
         self._calls = 0
 
+    def is_last(self, event: dict[str, Any]) -> bool:
+        return bool(event.get("done"))
+
     def chunk(self, event: dict[str, Any]) -> Chunk:
         if "error" in event:
             raise stream_error(event["error"], "Ollama")
@@ -162,74 +165,45 @@ class OllamaStream:
                      tool_calls=tuple(calls), finish=finish, usage=usage)
 
 
-async def post_ndjson(client: httpx.AsyncClient, base: str, path: str,
-                      body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """POST ``body`` and yield each NDJSON line as an object.
+class OllamaDialect:
+    """Ollama's native ``/api/chat`` (see the module docstring)."""
 
-    Non-200 answers and transport failures raise typed errors.  Leaving the iteration
-    early closes the response and its connection, which makes Ollama stop generating.
-    """
-    buffer = b""
-    try:
-        async with client.stream(
-            "POST", f"{base}{path}", content=orjson.dumps(body),
-            headers={"content-type": "application/json", "accept": "application/x-ndjson"},
-        ) as response:
-            if response.status_code != 200:
-                raise body_error(response.status_code, await response.aread(),
-                                 response.headers, "ollama")
-            async for raw in response.aiter_raw():
-                buffer += raw
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield _line(line)
-            if buffer.strip():
-                yield _line(buffer)
-    except httpx.HTTPError as exc:
-        raise transport_error(exc, base) from exc
-
-
-def _line(line: bytes) -> dict[str, Any]:
-    try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamError(f"Ollama sent a malformed stream line: {line[:200]!r}") from exc
-    if not isinstance(event, dict):
-        raise UpstreamError("Ollama sent a stream line that is not an object.")
-    return event
-
-
-class OllamaBackend:
     kind = "ollama"
+    label = "Ollama"
+    framing: Framing = "ndjson"
     capabilities = Capabilities(prompt=False, chat=True, token_ids=False, logprobs=False,
                                 max_top_logprobs=0, n=False, seed=True, json_schema=True,
                                 images=True)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], model: str,
-                 policy: RetryPolicy | None = None) -> None:
-        if not base_urls:
-            raise ValueError("Ollama backend needs at least one base URL")
-        self._client = client
-        self.base_urls = [u.rstrip("/") for u in base_urls]
-        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+    def __init__(self, model: str) -> None:
         self._model = model
 
-    async def ready(self) -> bool:
-        return await any_healthy(self._client, self.base_urls, "/api/version")
+    def url(self, base: str) -> str:
+        return f"{base}/api/chat"
+
+    def headers(self) -> Mapping[str, str]:
+        return {}
+
+    def reader(self) -> OllamaStream:
+        return OllamaStream()
+
+    def error(self, status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+        return body_error(status, body, headers, "ollama")
+
+    async def ready(self, client: httpx.AsyncClient, bases: Sequence[str]) -> bool:
+        return await any_healthy(client, [f"{b}/api/version" for b in bases])
+
+    async def context_window(self, client: httpx.AsyncClient, bases: Sequence[str]) -> int | None:
+        return None  # the model's num_ctx is Ollama's business: it truncates itself
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         return request_body(self._model, conversation(prompt, self.kind), prompt, params)
 
-    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        body = self.request_body(prompt, params)
-        mapper = OllamaStream()
 
-        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_ndjson(self._client, base, "/api/chat", body)
+class OllamaBackend(HttpBackend):
+    kind = OllamaDialect.kind
+    capabilities = OllamaDialect.capabilities
 
-        # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream)) as events:
-            async for event in events:
-                yield mapper.chunk(event)
-
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], model: str,
+                 policy: RetryPolicy | None = None) -> None:
+        super().__init__(client, base_urls, OllamaDialect(model), policy)

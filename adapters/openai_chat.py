@@ -16,14 +16,13 @@ llama.cpp adds ``timings`` to its last chunk, used for usage when no ``usage`` c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from adapters.base import Capabilities, any_healthy, post_sse, usage_only
+from adapters.base import Capabilities
 from adapters.chat_messages import (
     body_error,
     conversation,
@@ -31,7 +30,8 @@ from adapters.chat_messages import (
     stop_strings,
     stream_error,
 )
-from adapters.routing import ReplicaPool, RetryPolicy, failover
+from adapters.routing import RetryPolicy
+from adapters.transport import Framing, HttpBackend, any_healthy, usage_only
 from app.errors import GatewayError
 from app.model import (
     Chunk,
@@ -194,6 +194,9 @@ class ChatStream:
         self._next_index = 0
         self._last_index = 0
 
+    def is_last(self, event: dict[str, Any]) -> bool:
+        return usage_only(event)
+
     def _call(self, tc: dict[str, Any]) -> ToolCallChunk:
         function = tc.get("function") or {}
         index = tc.get("index")
@@ -222,45 +225,47 @@ class ChatStream:
                      finish=_finish(choice), usage=usage)
 
 
-def _errors(status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
-    return body_error(status, body, headers, "OpenAI-compatible")
+class OpenAIChatDialect:
+    """Any OpenAI-compatible ``/chat/completions`` (see the module docstring)."""
 
-
-class OpenAIChatBackend:
     kind = "openai"
+    label = "The OpenAI-compatible backend"
+    framing: Framing = "sse"
     capabilities = Capabilities(prompt=False, chat=True, token_ids=False, logprobs=True,
                                 max_top_logprobs=20, n=False, seed=True, json_schema=True,
                                 images=True)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], model: str,
-                 policy: RetryPolicy | None = None, *, api_key: str | None = None) -> None:
-        if not base_urls:
-            raise ValueError("OpenAI-compatible backend needs at least one base URL")
-        self._client = client
-        self.base_urls = [u.rstrip("/") for u in base_urls]
-        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+    def __init__(self, model: str, api_key: str | None = None) -> None:
         self._model = model
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def ready(self) -> bool:
+    def url(self, base: str) -> str:
+        return f"{api_root(base)}/chat/completions"
+
+    def headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    def reader(self) -> ChatStream:
+        return ChatStream()
+
+    def error(self, status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+        return body_error(status, body, headers, "OpenAI-compatible")
+
+    async def ready(self, client: httpx.AsyncClient, bases: Sequence[str]) -> bool:
         """A replica lists its models (``GET /models``: hosted APIs have no ``/health``)."""
-        return await any_healthy(self._client, [api_root(b) for b in self.base_urls], "/models",
-                                 self._headers)
+        return await any_healthy(client, [f"{api_root(b)}/models" for b in bases], self._headers)
+
+    async def context_window(self, client: httpx.AsyncClient, bases: Sequence[str]) -> int | None:
+        return None  # not part of the API; the server enforces its own
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         return request_body(self._model, conversation(prompt, self.kind), prompt, params)
 
-    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        body = self.request_body(prompt, params)
-        mapper = ChatStream()
 
-        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, api_root(base), "/chat/completions", body,
-                            "The OpenAI-compatible backend", headers=self._headers,
-                            errors=_errors, is_last=usage_only)
+class OpenAIChatBackend(HttpBackend):
+    kind = OpenAIChatDialect.kind
+    capabilities = OpenAIChatDialect.capabilities
 
-        # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream)) as events:
-            async for event in events:
-                yield mapper.chunk(event)
-
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], model: str,
+                 policy: RetryPolicy | None = None, *, api_key: str | None = None) -> None:
+        super().__init__(client, base_urls, OpenAIChatDialect(model, api_key), policy)

@@ -10,15 +10,15 @@ several per chunk) and ``finish_reason`` on the chunk of the last token;
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from adapters.base import Capabilities, WindowCache, get_json, post_sse, token_ids, usage_only
-from adapters.routing import ReplicaPool, RetryPolicy, failover
-from app.errors import InvalidRequest, UpstreamError
+from adapters.base import Capabilities, get_json, status_error, token_ids
+from adapters.routing import RetryPolicy
+from adapters.transport import Framing, HttpBackend, usage_only
+from app.errors import GatewayError, InvalidRequest, UpstreamError
 from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
 
 
@@ -59,43 +59,47 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
                  logprobs=_logprobs(lp) if lp else None, finish=finish, usage=chunk_usage)
 
 
-class VLLMBackend:
+class VLLMDialect:
+    """vLLM's ``/v1/completions`` with token ids (see the module docstring)."""
+
     kind = "vllm"
+    label = "vLLM"
+    framing: Framing = "sse"
     # n > 1 is refused (400): the pipeline streams one choice; send n requests instead.
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
                                 seed=True, json_schema=True, images=False, ignore_eos=True)
 
-    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str,
-                 policy: RetryPolicy | None = None) -> None:
-        if not base_urls:
-            raise ValueError("vLLM backend needs at least one base URL")
-        self._client = client
-        self.base_urls = [u.rstrip("/") for u in base_urls]
-        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+    def __init__(self, served_model: str) -> None:
         self._model = served_model
 
-        self._window = WindowCache(self._discover_window)
+    def url(self, base: str) -> str:
+        return f"{base}/v1/completions"
 
-    async def ready(self) -> bool:
+    def headers(self) -> Mapping[str, str]:
+        return {}
+
+    def reader(self) -> VLLMReader:
+        return VLLMReader()
+
+    def error(self, status: int, body: bytes, headers: httpx.Headers) -> GatewayError:
+        return status_error(status, body, headers)
+
+    async def ready(self, client: httpx.AsyncClient, bases: Sequence[str]) -> bool:
         """Healthy, and serving the configured model (a wrong ``upstream_model`` is not ready)."""
-        for url in self.base_urls:
-            models = await get_json(self._client, f"{url}/v1/models")
+        for url in bases:
+            models = await get_json(client, f"{url}/v1/models")
             if any(m.get("id") == self._model for m in _models(models)):
                 return True
         return False
 
-    async def context_window(self) -> int | None:
-        return await self._window.get()
-
-    async def _discover_window(self) -> int | None:
+    async def context_window(self, client: httpx.AsyncClient, bases: Sequence[str]) -> int | None:
         """``max_model_len`` of the served model in ``GET /v1/models`` (smallest over replicas)."""
         windows = []
-        for url in self.base_urls:
-            for m in _models(await get_json(self._client, f"{url}/v1/models")):
+        for url in bases:
+            for m in _models(await get_json(client, f"{url}/v1/models")):
                 if m.get("id") == self._model and isinstance(m.get("max_model_len"), int):
                     windows.append(m["max_model_len"])
         return min(windows) if windows else None
-
 
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         if prompt.token_ids is not None:
@@ -127,17 +131,24 @@ class VLLMBackend:
             body["structured_outputs"] = {"json": prompt.json_schema}  # vLLM >= 0.10.2
         return body
 
-    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        body = self.request_body(prompt, params)
-        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_sse(self._client, base, "/v1/completions", body, "vLLM", is_last=usage_only)
 
-        # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream)) as events:
-            async for event in events:
-                if "error" in event:
-                    raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
-                yield event_to_chunk(event)
+class VLLMReader:
+    def chunk(self, event: dict[str, Any]) -> Chunk:
+        if "error" in event:
+            raise UpstreamError(f"vLLM reported an error mid-stream: {event['error']}")
+        return event_to_chunk(event)
+
+    def is_last(self, event: dict[str, Any]) -> bool:
+        return usage_only(event)
+
+
+class VLLMBackend(HttpBackend):
+    kind = VLLMDialect.kind
+    capabilities = VLLMDialect.capabilities
+
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], served_model: str,
+                 policy: RetryPolicy | None = None) -> None:
+        super().__init__(client, base_urls, VLLMDialect(served_model), policy)
 
 
 def _models(listing: Any) -> list[dict[str, Any]]:

@@ -37,10 +37,12 @@ class StopSequences:
         self._held.append(delta)
         self._held_len += len(delta.text)
         text = "".join(d.text for d in self._held)  # at most ~ the longest stop string + a delta
-        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        # The stop string that is complete first ends the answer, as on a backend checking
+        # after each character (ties: the one that starts first), whatever the chunking.
+        found = [(i + len(s), i) for s in self._stops if (i := text.find(s)) >= 0]
+        if found:
             self.matched = True
-            return self._take(cut)
+            return self._take(min(found)[1])
         # A delta is safe once no stop string could start inside it: it ends at least
         # ``hold`` characters before the end of what is held.
         out: list[ev.Event] = []

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
-
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # "stream": "yes" is not a bool
 

@@ -48,12 +48,13 @@ def test_a_cut_delta_keeps_only_the_tokens_before_the_cut() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="abcS", min_size=1, max_size=4), max_size=12),
        st.lists(st.text(alphabet="abcS", min_size=1, max_size=3), min_size=1, max_size=3))
-def test_output_is_the_text_before_the_first_stop(pieces: list[str], stops: list[str]) -> None:
+def test_output_is_the_text_before_the_first_completed_stop(pieces: list[str], stops: list[str]) -> None:
     text = "".join(pieces)
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    # the stop string completed first wins (ties: the one starting first), however it is chunked
+    ends = [(i + len(s), i) for s in stops if (i := text.find(s)) >= 0]
     out, matched = _run(pieces, tuple(stops))
     emitted = "".join(d.text for d in out)
-    assert matched == bool(cuts)
-    assert emitted == (text[:min(cuts)] if cuts else text)
+    assert matched == bool(ends)
+    assert emitted == (text[:min(ends)[1]] if ends else text)
     for d in out:  # every token's logprob is on the delta that carries its text
         assert all(lp.token in d.text or d.text in lp.token for lp in d.logprobs or ())

@@ -1,0 +1,200 @@
+"""The one HTTP stream transport under every backend, and the dialect seam.
+
+:class:`HttpBackend` owns everything that is the same for every server: the replica
+pool and failover (:mod:`adapters.routing`), the POST and its framing (SSE or NDJSON
+decoders chosen from :data:`DECODERS`), error mapping hooks, draining a finished body so
+its connection is reused, closing the upstream response the moment the consumer stops
+(a client disconnect cancels the generation), readiness and context-window discovery
+with a cache.  A :class:`Dialect` is what differs per server: the URL, the request body,
+how one stream event becomes a :class:`~app.model.Chunk`, how an error body maps, and
+how readiness and the window are discovered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any, Literal, Protocol
+
+import anyio
+import httpx
+import orjson
+
+from adapters.base import Capabilities, ErrorMapper, WindowCache, status_error, transport_error
+from adapters.ndjson import NDJSONDecoder
+from adapters.routing import ReplicaPool, RetryPolicy, failover
+from adapters.sse import SSEDecoder
+from app.errors import GatewayError, UpstreamError
+from app.model import Chunk, GenerationParams, Prompt
+
+Framing = Literal["sse", "ndjson"]
+
+
+class StreamDecoder(Protocol):
+    def decode(self, chunk: bytes) -> list[str]: ...
+
+    def flush(self) -> list[str]: ...
+
+
+DECODERS: dict[Framing, Callable[[], StreamDecoder]] = {"sse": SSEDecoder, "ndjson": NDJSONDecoder}
+_ACCEPT: dict[Framing, str] = {"sse": "text/event-stream", "ndjson": "application/x-ndjson"}
+
+
+class EventReader(Protocol):
+    """One stream's event → chunk mapping (it may keep state, e.g. tool-call numbering)."""
+
+    def chunk(self, event: dict[str, Any]) -> Chunk: ...
+
+    def is_last(self, event: dict[str, Any]) -> bool:
+        """The server's final event: the rest of the body is drained before it is used."""
+        ...
+
+
+class Dialect(Protocol):
+    """What one kind of server needs that the transport does not know."""
+
+    kind: str  # config name: llamacpp, vllm, ollama, openai
+    label: str  # for messages: "llama.cpp", "vLLM", ...
+    capabilities: Capabilities
+    framing: Framing
+
+    def url(self, base: str) -> str: ...
+
+    def headers(self) -> Mapping[str, str]: ...
+
+    def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]: ...
+
+    def reader(self) -> EventReader: ...
+
+    def error(self, status: int, body: bytes, headers: httpx.Headers) -> GatewayError: ...
+
+    async def ready(self, client: httpx.AsyncClient, bases: Sequence[str]) -> bool: ...
+
+    async def context_window(self, client: httpx.AsyncClient, bases: Sequence[str]) -> int | None: ...
+
+
+class HttpBackend:
+    """A backend: the transport above with one server dialect (see the module docstring)."""
+
+    def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str], dialect: Dialect,
+                 policy: RetryPolicy | None = None) -> None:
+        if not base_urls:
+            raise ValueError(f"the {dialect.label} backend needs at least one base URL")
+        self._client = client
+        self.dialect = dialect
+        self.kind = dialect.kind
+        self.capabilities = dialect.capabilities
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self.pool = ReplicaPool(self.base_urls, policy or RetryPolicy())
+        self._window = WindowCache(lambda: dialect.context_window(client, self.base_urls))
+
+    async def ready(self) -> bool:
+        return await self.dialect.ready(self._client, self.base_urls)
+
+    async def context_window(self) -> int | None:
+        return await self._window.get()
+
+    def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
+        return self.dialect.request_body(prompt, params)
+
+    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        dialect = self.dialect
+        body = dialect.request_body(prompt, params)
+        reader = dialect.reader()
+
+        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
+            return post_stream(self._client, dialect.url(base), body, dialect.label,
+                               framing=dialect.framing, headers=dialect.headers(),
+                               errors=dialect.error, is_last=reader.is_last)
+
+        # aclosing: a client disconnect closes the upstream response now, not at GC time.
+        async with aclosing(failover(self.pool, open_stream)) as events:
+            async for event in events:
+                yield reader.chunk(event)
+
+
+async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any], label: str, *,
+                      framing: Framing = "sse", headers: Mapping[str, str] | None = None,
+                      errors: ErrorMapper = status_error,
+                      is_last: Callable[[dict[str, Any]], bool] | None = None,
+                      ) -> AsyncIterator[dict[str, Any]]:
+    """POST ``body`` as JSON and yield each event of the streamed answer as a JSON object.
+
+    Non-200 answers (mapped by ``errors``) and transport failures raise typed gateway
+    errors; SSE's ``[DONE]`` is skipped.  Leaving the iteration early closes the upstream
+    response (and with it the connection), which is how a client disconnect cancels the
+    generation.  ``is_last`` recognises the server's final event: the rest of the body
+    (normally only the end of the chunked encoding and a ``[DONE]``) is read before that
+    event is yielded, so the response leaves its connection in the pool for the next
+    request instead of being closed with it.
+    """
+    decoder = DECODERS[framing]()
+    try:
+        async with client.stream(
+            "POST", url, content=orjson.dumps(body),
+            headers={"content-type": "application/json", "accept": _ACCEPT[framing],
+                     **(headers or {})},
+        ) as response:
+            if response.status_code != 200:
+                raise errors(response.status_code, await response.aread(), response.headers)
+            raws = response.aiter_raw()
+            async for raw in raws:
+                pending = decoder.decode(raw)
+                for i, data in enumerate(pending):
+                    if data == "[DONE]":
+                        continue
+                    event = json_event(data, label)
+                    if is_last is not None and is_last(event):
+                        rest = pending[i + 1:] + await _drain(raws, decoder)
+                        yield event
+                        for data in rest:
+                            if data != "[DONE]":
+                                yield json_event(data, label)
+                        return
+                    yield event
+            for data in decoder.flush():
+                if data != "[DONE]":
+                    yield json_event(data, label)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, url) from exc
+
+
+DRAIN_SECONDS = 1.0
+
+
+async def _drain(raws: AsyncIterator[bytes], decoder: StreamDecoder) -> list[str]:
+    """What is left of a finished response body (bounded in time: a backend that keeps the
+    body open is simply closed, as before)."""
+    rest: list[str] = []
+    with anyio.move_on_after(DRAIN_SECONDS):
+        async for raw in raws:
+            rest += decoder.decode(raw)
+        rest += decoder.flush()
+    return rest
+
+
+def json_event(data: str, label: str) -> dict[str, Any]:
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"{label} sent a malformed stream event: {data[:200]!r}") from exc
+    if not isinstance(event, dict):
+        raise UpstreamError(f"{label} sent a stream event that is not an object.")
+    return event
+
+
+async def any_healthy(client: httpx.AsyncClient, urls: Sequence[str],
+                      headers: Mapping[str, str] | None = None) -> bool:
+    """True when at least one of ``urls`` answers ``GET`` with 200 within 2 s."""
+    for url in urls:
+        try:
+            if (await client.get(url, headers=headers, timeout=2.0)).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            continue
+    return False
+
+
+def usage_only(event: dict[str, Any]) -> bool:
+    """The final event of an OpenAI-style stream with ``include_usage``: usage, no choices."""
+    return event.get("usage") is not None and not event.get("choices")
