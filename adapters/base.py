@@ -13,7 +13,8 @@ import anyio
 import httpx
 import orjson
 
-from app.errors import (
+from app.core.conversation import GenerationParams
+from app.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -21,7 +22,8 @@ from app.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.model import Chunk, GenerationParams, Prompt
+from app.core.output import Chunk
+from app.core.prompt import Prompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Shared plumbing for the chat-mode adapters (Ollama ``/api/chat``, OpenAI-compatible).
 
-Both take a :class:`app.model.Conversation` instead of a rendered prompt.  What they
+Both take a :class:`app.core.conversation.Conversation` instead of a rendered prompt.  What they
 have in common lives here: which tools are offered for a ``tool_choice``, the stop
 strings to hand upstream, data-URL images, tool-call lookups, and the error mapping
 for an upstream that reports ``{"error": ...}`` in a shape :func:`status_error` does
@@ -16,8 +16,9 @@ import httpx
 import orjson
 
 from adapters.base import status_error
-from app.errors import GatewayError, InvalidRequest, UpstreamError
-from app.model import Conversation, FunctionTool, GenerationParams, Prompt
+from app.core.conversation import Conversation, FunctionTool, GenerationParams
+from app.core.errors import GatewayError, InvalidRequest, UpstreamError
+from app.core.prompt import Prompt
 
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*);base64,(?P<data>.*)$",
                        re.DOTALL)

@@ -21,8 +21,10 @@ import orjson
 from adapters.base import Capabilities, get_json, status_error, token_ids, transport_error
 from adapters.routing import RetryPolicy
 from adapters.transport import Framing, HttpBackend, any_healthy
-from app.errors import GatewayError, InvalidRequest, UpstreamError
-from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
+from app.core.conversation import GenerationParams
+from app.core.errors import GatewayError, InvalidRequest, UpstreamError
+from app.core.output import Chunk, Finish, TokenLogprob, TopLogprob, Usage
+from app.core.prompt import Prompt
 
 _STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop_string"}
 

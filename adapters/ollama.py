@@ -38,19 +38,10 @@ from adapters.chat_messages import (
 )
 from adapters.routing import RetryPolicy
 from adapters.transport import Framing, HttpBackend, any_healthy
-from app.errors import GatewayError, InvalidRequest, UpstreamError
-from app.model import (
-    Chunk,
-    Conversation,
-    Finish,
-    GenerationParams,
-    ImagePart,
-    Message,
-    Prompt,
-    StopKind,
-    ToolCallChunk,
-    Usage,
-)
+from app.core.conversation import Conversation, GenerationParams, ImagePart, Message
+from app.core.errors import GatewayError, InvalidRequest, UpstreamError
+from app.core.output import Chunk, Finish, StopKind, ToolCallChunk, Usage
+from app.core.prompt import Prompt
 
 _DONE_REASONS: dict[str, StopKind] = {"stop": "eos", "length": "length"}
 

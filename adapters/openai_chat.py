@@ -32,21 +32,10 @@ from adapters.chat_messages import (
 )
 from adapters.routing import RetryPolicy
 from adapters.transport import Framing, HttpBackend, any_healthy, usage_only
-from app.errors import GatewayError
-from app.model import (
-    Chunk,
-    Conversation,
-    Finish,
-    GenerationParams,
-    ImagePart,
-    Message,
-    Prompt,
-    TextPart,
-    TokenLogprob,
-    ToolCallChunk,
-    TopLogprob,
-    Usage,
-)
+from app.core.conversation import Conversation, GenerationParams, ImagePart, Message, TextPart
+from app.core.errors import GatewayError
+from app.core.output import Chunk, Finish, TokenLogprob, ToolCallChunk, TopLogprob, Usage
+from app.core.prompt import Prompt
 
 
 def api_root(base: str) -> str:

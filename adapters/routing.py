@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from app.errors import GatewayError, UpstreamError, UpstreamTimeout
+from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
 
 
 @dataclass

@@ -6,7 +6,7 @@ decoders chosen from :data:`DECODERS`), error mapping hooks, draining a finished
 its connection is reused, closing the upstream response the moment the consumer stops
 (a client disconnect cancels the generation), readiness and context-window discovery
 with a cache.  A :class:`Dialect` is what differs per server: the URL, the request body,
-how one stream event becomes a :class:`~app.model.Chunk`, how an error body maps, and
+how one stream event becomes a :class:`~app.core.output.Chunk`, how an error body maps, and
 how readiness and the window are discovered.
 """
 
@@ -24,8 +24,10 @@ from adapters.base import Capabilities, ErrorMapper, WindowCache, status_error, 
 from adapters.ndjson import NDJSONDecoder
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from adapters.sse import SSEDecoder
-from app.errors import GatewayError, UpstreamError
-from app.model import Chunk, GenerationParams, Prompt
+from app.core.conversation import GenerationParams
+from app.core.errors import GatewayError, UpstreamError
+from app.core.output import Chunk
+from app.core.prompt import Prompt
 
 Framing = Literal["sse", "ndjson"]
 

@@ -18,8 +18,10 @@ import httpx
 from adapters.base import Capabilities, get_json, status_error, token_ids
 from adapters.routing import RetryPolicy
 from adapters.transport import Framing, HttpBackend, usage_only
-from app.errors import GatewayError, InvalidRequest, UpstreamError
-from app.model import Chunk, Finish, GenerationParams, Prompt, TokenLogprob, TopLogprob, Usage
+from app.core.conversation import GenerationParams
+from app.core.errors import GatewayError, InvalidRequest, UpstreamError
+from app.core.output import Chunk, Finish, TokenLogprob, TopLogprob, Usage
+from app.core.prompt import Prompt
 
 
 def _logprobs(lp: dict[str, Any]) -> tuple[TokenLogprob, ...]:

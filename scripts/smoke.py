@@ -9,7 +9,7 @@ Outside the test venv and with the standard library only, on a copy of the worki
    "## Use it" (the SDK in a venv of its own with only ``openai``); each answer must be 200,
    well formed and non-empty; then SIGTERM and a clean exit.
 2. Dockerfile: its ``RUN`` lines that build the venv (``pip install .`` and the vocabulary
-   bake) with ``/opt/...`` mapped into a temporary folder; then ``import app.http.app``,
+   bake) with ``/opt/...`` mapped into a temporary folder; then ``import app.main``,
    ``ocm-gateway --help``, ``ocm-gateway template analyze``, and the image's entrypoint with
    its ``ENV`` and ``docker/gateway.toml``: ``/health``, the image's own HEALTHCHECK command,
    ``/v1/models``, a clean 502 for an unreachable backend, SIGTERM.
@@ -263,7 +263,7 @@ def docker_phase(work: Path, base_env: dict[str, str]) -> None:
     env = clean_env(**base_env)
     sh(" && ".join(runs), work, env, "Dockerfile install line (pip install . + vocabulary)")
     bin_ = venv / "bin"
-    sh(f"{bin_}/python -c 'import app.http.app'", work, env, "plain install: import app.http.app")
+    sh(f"{bin_}/python -c 'import app.main'", work, env, "plain install: import app.main")
     sh(f"{bin_}/ocm-gateway --help", work, env, "plain install: ocm-gateway --help")
     out = sh(f"{bin_}/ocm-gateway template analyze tests/fixtures/templates/Qwen3-Coder.jinja", work, env,
              "plain install: ocm-gateway template analyze")

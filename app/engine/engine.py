@@ -5,7 +5,7 @@ what the backend can do, renders the prompt and fits it to the real context wind
 (truncating the oldest turns when the request allows it), then asks the API for its
 encoder (which may describe the :class:`Plan`), opens the generation and starts the
 :class:`~app.engine.run.Run`.  Everything that fails before the run starts raises a
-:class:`~app.errors.GatewayError` (an HTTP error); a background run opens its generation
+:class:`~app.core.errors.GatewayError` (an HTTP error); a background run opens its generation
 inside its task, so only the planning can fail its request.
 """
 
@@ -15,11 +15,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.access import ANONYMOUS, Principal
+from app.core.access import ANONYMOUS, Principal
+from app.core.conversation import Conversation, GenerationParams, ReasoningEffort
+from app.engine.generation import ModelRoute, Prepared, open_stream, prepare
+from app.engine.registry import Registry
 from app.engine.run import Encoder, Mode, Run, RunHooks
-from app.model import Conversation, GenerationParams, ReasoningEffort
-from app.pipeline import ModelRoute, Prepared, open_stream, prepare
-from app.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """One run: a producer task that drives generation events through an API's encoder.
 
-The task pulls :mod:`app.events` from the generation, hands each to the run's
+The task pulls :mod:`app.core.events` from the generation, hands each to the run's
 :class:`Encoder` (the only API-specific part) and, when the run is streamed, queues
 what the encoder returns for :meth:`Run.frames`.  It is the only loop over events in
 the gateway.  It always ends with exactly one terminal: the encoder's own for
@@ -22,9 +22,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal, Protocol
 
-from app import events as ev
-from app.access import Principal
-from app.errors import GatewayError, from_event, to_event
+from app.core import events as ev
+from app.core.access import Principal
+from app.core.errors import GatewayError, from_event, to_event
 
 log = logging.getLogger("ocm_gateway")
 

@@ -15,9 +15,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.access import ANONYMOUS, Principal
 from app.config import ApiKey
-from app.errors import ModelNotFound, error_body
+from app.core.access import ANONYMOUS, Principal
+from app.core.errors import ModelNotFound, error_body
 from app.http.responses import JSONResponse
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping"})

@@ -14,7 +14,7 @@ from typing import TypeVar
 import anyio
 from starlette.requests import Request
 
-from app.errors import GatewayError
+from app.core.errors import GatewayError
 
 T = TypeVar("T")
 

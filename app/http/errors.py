@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.errors import GatewayError, error_body
+from app.core.errors import GatewayError, error_body
 from app.http.body import BodyRejected
 from app.http.responses import JSONResponse, error_response
 

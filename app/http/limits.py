@@ -20,9 +20,9 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
-from app.admission import Admission
 from app.config import ApiKey, LimitSettings
-from app.errors import Overloaded, error_body
+from app.core.errors import Overloaded, error_body
+from app.engine.admission import Admission
 from app.http.responses import JSONResponse, error_response
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations"})

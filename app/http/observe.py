@@ -16,9 +16,9 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics as m
-from app.errors import error_body
+from app.core.errors import error_body
+from app.core.ids import random_id
 from app.http.responses import JSONResponse
-from app.ids import random_id
 
 log = logging.getLogger("ocm_gateway.access")
 log_errors = logging.getLogger("ocm_gateway")

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.errors import GatewayError, Overloaded, UpstreamRateLimited
+from app.core.errors import GatewayError, Overloaded, UpstreamRateLimited
 
 
 class JSONResponse(Response):

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
+from app.engine.registry import Registry
 from app.http.auth import check_model, may_use
 from app.http.body import GatewayRoute
 from app.http.responses import JSONResponse
-from app.registry import Registry
 
 router = APIRouter(route_class=GatewayRoute)
 

@@ -19,7 +19,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.config import GatewayConfig, load_config
-from app.errors import error_body
+from app.core.errors import error_body
 
 
 @functools.cache

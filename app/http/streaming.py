@@ -14,12 +14,12 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from app.encode.sse import DONE
+from app.core.errors import ServerShutdown
 from app.engine.run import Run
-from app.errors import ServerShutdown
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.shutdown import Drain, drained
+from app.http.sse import DONE
 
 Frame = Callable[[dict[str, Any]], bytes]
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def _console_script() -> list[str]:
     exe = Path(sys.executable).with_name("ocm-gateway")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli.main"]
 
 
 def write_config(path: Path, models: dict[str, str], store: Path) -> Path:

@@ -20,9 +20,9 @@ import pytest
 from openai import OpenAI
 
 from adapters.llamacpp import LlamaCppBackend
-from app import model as m
-from app.registry import builtin_template
-from app.render.template import render_segments
+from app.core.conversation import Conversation, Message, TextPart
+from app.engine.registry import builtin_template
+from app.formats.template.render import render_segments
 from tests.support.llama_server import llama_server
 from tests.support.process import free_port, healthy_process
 
@@ -80,8 +80,8 @@ def test_quickstart_sdk_streaming_and_curl_shape(gateway: str) -> None:
 
 
 async def test_user_text_never_becomes_a_gemma_control_token(gemma_gguf: Path) -> None:
-    conv = m.Conversation((m.Message("system", (m.TextPart("Be brief."),)),
-                           m.Message("user", (m.TextPart(INJECTION),))))
+    conv = Conversation((Message("system", (TextPart("Be brief."),)),
+                           Message("user", (TextPart(INJECTION),))))
     segments = render_segments(builtin_template("gemma3"), conv, bos_token="<bos>", eos_token="<eos>")
     with llama_server(gemma_gguf, n_ctx=1024) as url:
         async with httpx.AsyncClient(timeout=30) as client:

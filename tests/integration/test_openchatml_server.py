@@ -16,8 +16,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from app import model as m
-from app.render.openchatml import OpenChatMLOptions, render_openchatml
+from app.core.conversation import Conversation, GenerationParams, Message, TextPart
+from app.formats.openchatml.render import OpenChatMLOptions, render_openchatml
 from tests.integration.conftest import run_gateway
 
 pytestmark = pytest.mark.integration
@@ -66,9 +66,9 @@ def test_tool_call_streamed_from_text(gateway: str) -> None:
 
 
 def test_escaped_client_text_has_no_special_tokens_on_the_real_tokenizer(llama_final: str) -> None:
-    conv = m.Conversation((m.Message("system", (m.TextPart(ATTACK),)),
-                           m.Message("user", (m.TextPart(ATTACK),))))
-    prompt = render_openchatml(conv, m.GenerationParams(), OpenChatMLOptions(current_date="2026-11-23"))
+    conv = Conversation((Message("system", (TextPart(ATTACK),)),
+                           Message("user", (TextPart(ATTACK),))))
+    prompt = render_openchatml(conv, GenerationParams(), OpenChatMLOptions(current_date="2026-11-23"))
     untrusted = [text for text, trusted in prompt.segments if not trusted]
     assert untrusted, "the renderer must mark client text as untrusted"
     with httpx.Client(base_url=llama_final, timeout=30) as client:

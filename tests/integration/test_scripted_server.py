@@ -9,7 +9,7 @@ import httpx
 import pytest
 from openai_harmony import Conversation, Message, Role, SystemContent
 
-from app.vocab import harmony_encoding
+from app.formats.harmony.vocab import harmony_encoding
 from tests.support.fixtures import SCRIPT_FINAL, SCRIPT_REASONING, SCRIPT_TOOL
 from tests.support.scripted_gguf import ScriptConflict, plan_script, script_token_ids
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from app.vocab import harmony_encoding
+from app.formats.harmony.vocab import harmony_encoding
 from tests.support.wire import RecordedBody
 
 STOP_IDS = {200002, 200012}

@@ -10,7 +10,7 @@ import httpx
 import orjson
 
 from app.config import GatewayConfig
-from app.http.app import create_app
+from app.main import create_app
 
 MODEL = "gpt-oss-test"
 

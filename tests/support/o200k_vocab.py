@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.vocab import ensure_vocab_file, harmony_encoding
+from app.formats.harmony.vocab import ensure_vocab_file, harmony_encoding
 
 N_VOCAB = 201088
 FIRST_SPECIAL = 199998

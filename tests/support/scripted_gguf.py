@@ -79,7 +79,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-from app.vocab import harmony_encoding
+from app.formats.harmony.vocab import harmony_encoding
 from tests.support.o200k_vocab import FIRST_SPECIAL, N_VOCAB, cache_dir, gguf_vocab
 
 GENERATOR_VERSION = 1

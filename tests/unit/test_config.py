@@ -8,8 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import load_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def test_example_config_loads() -> None:

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from app.config import load_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def _compose() -> dict[str, Any]:

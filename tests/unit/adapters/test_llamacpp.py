@@ -6,8 +6,10 @@ import httpx
 import pytest
 
 from adapters.llamacpp import LlamaCppBackend
-from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
-from app.model import Chunk, GenerationParams, Prompt
+from app.core.conversation import GenerationParams
+from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
+from app.core.output import Chunk
+from app.core.prompt import Prompt
 from tests.support.wire import Replay, load
 
 PROMPT = Prompt(token_ids=(200006, 1428, 200008, 3686, 200007, 200006, 173781))

@@ -11,28 +11,26 @@ import pytest
 
 from adapters.ollama import OllamaBackend, OllamaStream
 from adapters.routing import RetryPolicy
-from app.errors import (
+from app.core.conversation import (
+    Conversation,
+    FunctionTool,
+    GenerationParams,
+    ImagePart,
+    Message,
+    ResponseFormat,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+)
+from app.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
     UpstreamError,
     UpstreamRateLimited,
 )
-from app.model import (
-    Chunk,
-    Conversation,
-    FunctionTool,
-    GenerationParams,
-    ImagePart,
-    Message,
-    Prompt,
-    ResponseFormat,
-    TextPart,
-    ToolCall,
-    ToolCallChunk,
-    ToolChoice,
-    Usage,
-)
+from app.core.output import Chunk, ToolCallChunk, Usage
+from app.core.prompt import Prompt
 from tests.support.chat_fakes import Recorded
 from tests.support.wire import RecordedBody
 

@@ -12,31 +12,26 @@ import pytest
 
 from adapters.openai_chat import ChatStream, OpenAIChatBackend, api_root
 from adapters.routing import RetryPolicy
-from app.errors import (
+from app.core.conversation import (
+    Conversation,
+    FunctionTool,
+    GenerationParams,
+    ImagePart,
+    Message,
+    ResponseFormat,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+)
+from app.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
     UpstreamError,
     UpstreamRateLimited,
 )
-from app.model import (
-    Chunk,
-    Conversation,
-    Finish,
-    FunctionTool,
-    GenerationParams,
-    ImagePart,
-    Message,
-    Prompt,
-    ResponseFormat,
-    TextPart,
-    TokenLogprob,
-    ToolCall,
-    ToolCallChunk,
-    ToolChoice,
-    TopLogprob,
-    Usage,
-)
+from app.core.output import Chunk, Finish, TokenLogprob, ToolCallChunk, TopLogprob, Usage
+from app.core.prompt import Prompt
 from tests.support.chat_fakes import Recorded
 from tests.support.wire import RecordedBody
 

@@ -8,8 +8,10 @@ import httpx
 import pytest
 
 from adapters.vllm import VLLMBackend
-from app.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
-from app.model import Chunk, GenerationParams, Prompt
+from app.core.conversation import GenerationParams
+from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
+from app.core.output import Chunk
+from app.core.prompt import Prompt
 from tests.support.gateway import MODEL, config, gateway
 from tests.support.wire import Replay
 

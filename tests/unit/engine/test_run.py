@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from app import events as ev
-from app.access import ANONYMOUS
-from app.encode.chat import ChatEncoder
-from app.encode.responses import ResponsesEncoder
+from app.api.chat.encode import ChatEncoder
+from app.api.responses.encode import ResponsesEncoder
+from app.core import events as ev
+from app.core.access import ANONYMOUS
+from app.core.errors import GatewayError, ServerShutdown
+from app.core.output import Usage
 from app.engine.run import Mode, Run
-from app.errors import GatewayError, ServerShutdown
-from app.model import Usage
 
 pytestmark = pytest.mark.asyncio
 

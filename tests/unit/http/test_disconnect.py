@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import Any
 
-from app.http.app import create_app
+from app.main import create_app
 from tests.support.asgi import AsgiPost
 from tests.support.gateway import MODEL, config
 from tests.support.slow_upstream import EndlessUpstream, endless_transport

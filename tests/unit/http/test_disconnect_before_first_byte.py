@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.http.app import create_app
+from app.main import create_app
 from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream

@@ -168,7 +168,7 @@ async def test_upstream_429_passes_retry_after() -> None:
 async def test_a_bug_is_a_500_with_the_request_id_not_a_reset() -> None:
     """Whatever escapes a route before its response started is answered by the outermost
     gateway middleware: an OpenAI error body, the request id, the connection kept."""
-    from app.http.app import create_app
+    from app.main import create_app
 
     app = create_app(config(), transport=Replay("03a_completion_tokenids_stream").transport())
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.vocab import harmony_encoding
+from app.formats.harmony.vocab import harmony_encoding
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, gateway
 from tests.support.wire import Replay

@@ -58,8 +58,8 @@ async def test_backend_errors_are_counted() -> None:
 
 async def test_open_streams_gauge_returns_to_zero_when_closed_unread() -> None:
     from app import metrics as m
-    from app.model import Conversation, GenerationParams, Message, TextPart
-    from app.pipeline import start
+    from app.core.conversation import Conversation, GenerationParams, Message, TextPart
+    from app.engine.generation import start
 
     metrics = m.Metrics()
     stats, token = m.begin(metrics)

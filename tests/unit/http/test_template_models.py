@@ -8,7 +8,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.registry import builtin_template
+from app.engine.registry import builtin_template
 from tests.support.fake_template_llamacpp import MARKERS, FakeTemplateLlamaCpp
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
 

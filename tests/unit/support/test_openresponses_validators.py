@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from app import events as ev
-from app.encode.responses import ResponsesEncoder
-from app.model import Usage
+from app.api.responses.encode import ResponsesEncoder
+from app.core import events as ev
+from app.core.output import Usage
 from tests.support.openresponses import check_stream, validate_error_body, validate_response
 
 Json = dict[str, Any]

@@ -1,0 +1,1 @@
+"""OpenAI Chat Completions (and SageMaker's /invocations): ingest, the chunk encoder and its fold, routes."""

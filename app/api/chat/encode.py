@@ -1,0 +1,130 @@
+"""Events → OpenAI Chat Completions (``chat.completion`` and ``chat.completion.chunk``).
+
+Mapping: reasoning → ``reasoning_content`` (never ``content``); preambles and final
+text → ``content`` (both are user-visible by design); tool calls → ``tool_calls``
+(stream: index, id, type and name first, then argument fragments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.api.chat.fold import Folded
+from app.core import events as ev
+from app.core.errors import error_body
+from app.core.output import TokenLogprob, Usage
+
+
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def logprobs_content(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": lp.token,
+            "logprob": lp.logprob,
+            "bytes": list(lp.bytes) if lp.bytes is not None else list(lp.token.encode()),
+            "top_logprobs": [
+                {"token": t.token, "logprob": t.logprob,
+                 "bytes": list(t.bytes) if t.bytes is not None else list(t.token.encode())}
+                for t in lp.top
+            ],
+        }
+        for lp in items
+    ]
+
+
+class ChatEncoder:
+    """One chat completion: each event becomes zero or more ``chat.completion.chunk`` dicts
+    (when ``stream``), and every event is folded, so :meth:`result` is the
+    ``chat.completion`` the same stream amounts to."""
+
+    def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
+                 logprobs: bool, stream: bool = True) -> None:
+        self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
+                      "model": model}
+        self._ids = (response_id, model, created)
+        self._include_usage = include_usage
+        self._logprobs = logprobs
+        self._stream = stream
+        self.folded = Folded()
+        self.terminal = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None,
+               logprobs: Any = None) -> dict[str, Any]:
+        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                           "finish_reason": finish}]}
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def encode(self, event: ev.Event) -> list[dict[str, Any]]:
+        if self.terminal:
+            return []
+        self.folded.add(event)
+        if isinstance(event, ev.TERMINAL):
+            self.terminal = True
+        return self._chunks(event) if self._stream else []
+
+    def cancel(self) -> list[dict[str, Any]]:
+        """The client is gone: nothing more to say."""
+        self.terminal = True
+        return []
+
+    def result(self) -> dict[str, Any]:
+        return completion_body(self.folded, *self._ids, logprobs=self._logprobs)
+
+    def _chunks(self, event: ev.Event) -> list[dict[str, Any]]:
+        if isinstance(event, ev.ReasoningDelta):
+            return [self._chunk({"reasoning_content": event.text})]
+        if isinstance(event, ev.PreambleDelta):
+            return [self._chunk({"content": event.text})]
+        if isinstance(event, ev.TextDelta):
+            lp = None
+            if self._logprobs:
+                lp = {"content": logprobs_content(event.logprobs or ())}
+            return [self._chunk({"content": event.text}, logprobs=lp)]
+        if isinstance(event, ev.ToolCallStarted):
+            return [self._chunk({"tool_calls": [{
+                "index": event.index, "id": event.call_id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}]})]
+        if isinstance(event, ev.ToolCallArgumentsDelta):
+            return [self._chunk({"tool_calls": [{"index": event.index,
+                                                 "function": {"arguments": event.delta}}]})]
+        if isinstance(event, ev.Finished):
+            out = [self._chunk({}, finish=event.reason)]
+            if self._include_usage:
+                out.append({**self._base, "choices": [], "usage": usage_dict(event.usage)})
+            return out
+        if isinstance(event, ev.Error):
+            return [error_body(event.message, event.type, event.code, event.param)]
+        return []  # PartDone, ToolCallDone: nothing to send in Chat Completions
+
+
+def completion_body(folded: Folded, response_id: str, model: str, created: int, *,
+                    logprobs: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": folded.content or None}
+    if folded.reasoning:
+        message["reasoning_content"] = folded.reasoning
+    if folded.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.call_id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in folded.tool_calls
+        ]
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": {"content": logprobs_content(folded.logprobs)} if logprobs else None,
+        "finish_reason": folded.finish_reason,
+    }
+    return {"id": response_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [choice], "usage": usage_dict(folded.usage)}

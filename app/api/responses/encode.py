@@ -1,0 +1,211 @@
+"""Events → Open Responses: semantic streaming events and the response resource.
+
+One stateful :class:`ResponsesEncoder` per response.  Streaming sends every event
+it returns; a non-streaming answer runs the same encoder and returns
+:meth:`ResponsesEncoder.resource` at the end, so the final object is by
+construction the fold of the events.  Item mapping:
+
+* reasoning → ``reasoning`` item with one ``reasoning_text`` content part
+  (``response.reasoning.delta`` / ``.done``);
+* preamble → assistant ``message`` with ``phase: "commentary"``;
+* final text → assistant ``message`` with ``phase: "final_answer"``;
+* tool call → ``function_call`` item (``response.function_call_arguments.*``).
+
+Every item and content part reaches a terminal status; ``sequence_number`` counts
+from 0 without gaps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.api.chat.encode import logprobs_content
+from app.core import events as ev
+from app.core.errors import error_fields
+from app.core.ids import random_id
+from app.core.output import Usage
+
+Json = dict[str, Any]
+
+
+def usage_body(usage: Usage) -> Json:
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
+
+
+@dataclass
+class _Open:
+    """The output item currently being streamed."""
+
+    kind: str  # "reasoning" | "preamble" | "text" | "tool"
+    index: int
+    item: Json
+    text: list[str] = field(default_factory=list)
+    logprobs: list[Json] = field(default_factory=list)
+
+
+class ResponsesEncoder:
+    def __init__(self, resource: Json) -> None:
+        """``resource``: the response object as created (status ``in_progress``, empty output)."""
+        self._resource = resource
+        self._seq = 0
+        self._open: _Open | None = None
+        self.terminal = False
+
+    # -- helpers ------------------------------------------------------------------
+    def _event(self, type_: str, **fields: Any) -> Json:
+        event = {"type": type_, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def resource(self) -> Json:
+        return self._resource
+
+    def snapshot(self) -> Json:
+        return {**self._resource, "output": list(self._resource["output"])}
+
+    def result(self) -> Json:
+        """The non-streaming body: the resource every encoded event has updated."""
+        return self._resource
+
+    def start(self) -> list[Json]:
+        """The run started generating (a queued background response is now in progress)."""
+        self._resource["status"] = "in_progress"
+        return [self._event("response.created", response=self.snapshot()),
+                self._event("response.in_progress", response=self.snapshot())]
+
+    def _add_item(self, kind: str, item: Json) -> list[Json]:
+        index = len(self._resource["output"])
+        self._open = _Open(kind, index, item)
+        self._resource["output"].append(item)
+        events = [self._event("response.output_item.added", output_index=index, item=dict(item))]
+        part = self._part(kind, "")
+        if part is not None:
+            item["content"] = []
+            events[0]["item"] = {**item, "content": []}
+            events.append(self._event("response.content_part.added", item_id=item["id"],
+                                      output_index=index, content_index=0, part=part))
+        return events
+
+    @staticmethod
+    def _part(kind: str, text: str, logprobs: list[Json] | None = None) -> Json | None:
+        if kind == "reasoning":
+            return {"type": "reasoning_text", "text": text}
+        if kind in ("preamble", "text"):
+            part: Json = {"type": "output_text", "text": text, "annotations": []}
+            if logprobs is not None:
+                part["logprobs"] = logprobs
+            return part
+        return None
+
+    def _open_item(self, kind: str, **extra: Any) -> list[Json]:
+        if self._open is not None and self._open.kind == kind and kind != "tool":
+            return []
+        events = self._close("completed")
+        if kind == "reasoning":
+            item: Json = {"id": random_id("rs_"), "type": "reasoning", "status": "in_progress",
+                          "summary": []}
+        elif kind == "tool":
+            item = {"id": random_id("fc_"), "type": "function_call", "status": "in_progress",
+                    "call_id": extra["call_id"], "name": extra["name"], "arguments": ""}
+        else:
+            item = {"id": random_id("msg_"), "type": "message", "status": "in_progress",
+                    "role": "assistant", "phase": "commentary" if kind == "preamble" else "final_answer"}
+        return events + self._add_item(kind, item)
+
+    def _close(self, status: str) -> list[Json]:
+        cur, self._open = self._open, None
+        if cur is None:
+            return []
+        item, idx, text = cur.item, cur.index, "".join(cur.text)
+        events: list[Json] = []
+        if cur.kind == "tool":
+            item["arguments"] = text
+            events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                      output_index=idx, arguments=text))
+        else:
+            logprobs = cur.logprobs if cur.kind == "text" else None
+            part = self._part(cur.kind, text, logprobs)
+            done = "response.reasoning.done" if cur.kind == "reasoning" else "response.output_text.done"
+            extra = {"logprobs": logprobs} if logprobs is not None else {}
+            events.append(self._event(done, item_id=item["id"], output_index=idx, content_index=0,
+                                      text=text, **extra))
+            events.append(self._event("response.content_part.done", item_id=item["id"],
+                                      output_index=idx, content_index=0, part=part))
+            item["content"] = [part]
+        item["status"] = status
+        events.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
+        return events
+
+    def _delta(self, text: str, logprobs: list[Json] | None = None) -> list[Json]:
+        cur = self._open
+        assert cur is not None
+        cur.text.append(text)
+        item_id, idx = cur.item["id"], cur.index
+        if cur.kind == "tool":
+            return [self._event("response.function_call_arguments.delta", item_id=item_id,
+                                output_index=idx, delta=text)]
+        if cur.kind == "reasoning":
+            return [self._event("response.reasoning.delta", item_id=item_id, output_index=idx,
+                                content_index=0, delta=text)]
+        cur.logprobs.extend(logprobs or [])
+        return [self._event("response.output_text.delta", item_id=item_id, output_index=idx,
+                            content_index=0, delta=text, logprobs=logprobs or [])]
+
+    # -- the mapping --------------------------------------------------------------
+    def encode(self, event: ev.Event) -> list[Json]:
+        if self.terminal:
+            return []
+        if isinstance(event, ev.ReasoningDelta):
+            return self._open_item("reasoning") + self._delta(event.text)
+        if isinstance(event, ev.PreambleDelta):
+            return self._open_item("preamble") + self._delta(event.text)
+        if isinstance(event, ev.TextDelta):
+            lps = logprobs_content(event.logprobs) if event.logprobs else None
+            return self._open_item("text") + self._delta(event.text, lps)
+        if isinstance(event, ev.PartDone):
+            return self._close("completed")
+        if isinstance(event, ev.ToolCallStarted):
+            return self._open_item("tool", call_id=event.call_id, name=event.name)
+        if isinstance(event, ev.ToolCallArgumentsDelta):
+            return self._delta(event.delta)
+        if isinstance(event, ev.ToolCallDone):
+            return self._close("completed")
+        if isinstance(event, ev.Finished):
+            return self.finish(event)
+        if isinstance(event, ev.Error):
+            return self.fail(event)
+        return []
+
+    def finish(self, event: ev.Finished) -> list[Json]:
+        incomplete = event.reason == "length"
+        events = self._close("incomplete" if incomplete else "completed")
+        r = self._resource
+        r["status"] = "incomplete" if incomplete else "completed"
+        r["incomplete_details"] = {"reason": "max_output_tokens"} if incomplete else None
+        r["completed_at"] = int(time.time()) if not incomplete else None
+        r["usage"] = usage_body(event.usage)
+        self.terminal = True
+        name = "response.incomplete" if incomplete else "response.completed"
+        return [*events, self._event(name, response=self.snapshot())]
+
+    def fail(self, error: ev.Error) -> list[Json]:
+        events = self._close("incomplete")
+        r = self._resource
+        r["status"] = "failed"
+        r["error"] = {"code": error.code, "message": error.message}
+        self.terminal = True
+        payload = error_fields(error.message, error.type, error.code, error.param)
+        return [*events, self._event("error", error=payload),
+                self._event("response.failed", response=self.snapshot())]
+
+    def cancel(self) -> list[Json]:
+        """The response was cancelled: close what is open, status ``cancelled``."""
+        events = self._close("incomplete")
+        self._resource["status"] = "cancelled"
+        self.terminal = True
+        return [*events, self._event("response.failed", response=self.snapshot())]

@@ -1,0 +1,216 @@
+"""Open Responses create body → wire-form input items → Conversation + GenerationParams.
+
+Items stay in wire form (dicts, ids filled in) because that is what the response
+store keeps and what ``previous_response_id`` chains: context = previous input +
+previous output + new input.  :func:`items_to_messages` folds consecutive
+assistant-side items (reasoning, assistant messages, function calls) into one
+internal assistant :class:`Message`, the shape the renderers expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from app.api.validate import check_call_id, check_function_name, check_json_schema
+from app.core.conversation import (
+    ContentPart,
+    Conversation,
+    FunctionTool,
+    GenerationParams,
+    ImagePart,
+    Message,
+    ReasoningEffort,
+    ResponseFormat,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+)
+from app.core.errors import InvalidRequest
+from app.core.ids import random_id
+from schemas import responses as wire
+
+_ITEMS = TypeAdapter(list[wire.InputItem])
+_EFFORT: dict[str, ReasoningEffort] = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
+                                      "high": "high", "xhigh": "high"}
+_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
+
+
+def new_input_items(body: wire.CreateResponseBody) -> list[dict[str, Any]]:
+    """The request's ``input`` as stored items (a string becomes one user message)."""
+    if body.input is None:
+        items: list[Any] = []
+    elif isinstance(body.input, str):
+        items = [wire.UserMessage(role="user", content=[wire.InputText(type="input_text", text=body.input)])]
+    else:
+        items = list(body.input)
+    if not items and body.previous_response_id is None:
+        raise InvalidRequest("input must hold at least one item (or continue a response with "
+                             "previous_response_id).", param="input", code="missing_required_parameter")
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, wire.ItemReference):
+            raise InvalidRequest("item_reference inputs are not supported; send the item itself or "
+                                 "use previous_response_id.", param=f"input[{i}]")
+        data = item.model_dump(by_alias=True, exclude_none=True)
+        data.setdefault("type", "message")
+        if not data.get("id"):
+            data["id"] = random_id(_ID_PREFIX.get(data["type"], "item_"))
+        if isinstance(data.get("content"), str):
+            kind = "output_text" if data.get("role") == "assistant" else "input_text"
+            data["content"] = [{"type": kind, "text": data["content"]}]
+        out.append(data)
+    return out
+
+
+@dataclass
+class _Assistant:
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def flush(self, out: list[Message]) -> None:
+        if self.reasoning or self.content or self.calls:
+            out.append(Message("assistant", (TextPart("".join(self.content)),) if self.content else (),
+                               tool_calls=tuple(self.calls),
+                               reasoning="\n".join(self.reasoning) if self.reasoning else None))
+        self.reasoning, self.content, self.calls = [], [], []
+
+
+def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
+    parts: list[ContentPart] = []
+    for j, part in enumerate(content):
+        if isinstance(part, wire.InputText | wire.OutputText):
+            parts.append(TextPart(part.text))
+        elif isinstance(part, wire.InputImage):
+            if not part.image_url:
+                raise InvalidRequest("input_image needs image_url (file_id is not supported).",
+                                     param=f"{where}.content[{j}]")
+            parts.append(ImagePart(part.image_url, part.detail))
+        elif isinstance(part, wire.Refusal):
+            parts.append(TextPart(part.refusal))
+        else:
+            raise InvalidRequest("input_file parts are not supported by this gateway's backends.",
+                                 param=f"{where}.content[{j}]", code="unsupported_content_type")
+    return tuple(parts)
+
+
+def items_to_messages(items: list[dict[str, Any]], first_input: int = 0) -> tuple[Message, ...]:
+    """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
+    the ones before come from ``previous_response_id``."""
+    parsed = _ITEMS.validate_python(items)
+    out: list[Message] = []
+    asst = _Assistant()
+    known_calls: set[str] = set()
+    for i, item in enumerate(parsed):
+        at = f"input[{i - first_input}]" if i >= first_input else "previous_response_id"
+        if isinstance(item, wire.ReasoningItem):
+            if asst.content or asst.calls:
+                asst.flush(out)
+            texts = [c.text for c in item.content or []] or [s.text for s in item.summary]
+            asst.reasoning.append("".join(texts))
+        elif isinstance(item, wire.AssistantMessage):
+            if asst.calls:
+                asst.flush(out)
+            content = item.content if isinstance(item.content, list) else [
+                wire.OutputText(type="output_text", text=item.content)]
+            asst.content.append("".join(p.text for p in _parts(content, at) if isinstance(p, TextPart)))
+        elif isinstance(item, wire.FunctionCallItem):
+            check_function_name(item.name, f"{at}.name")
+            check_call_id(item.call_id, f"{at}.call_id")
+            asst.calls.append(ToolCall(item.call_id, item.name, item.arguments))
+            known_calls.add(item.call_id)
+        elif isinstance(item, wire.FunctionCallOutputItem):
+            asst.flush(out)
+            if item.call_id not in known_calls:
+                raise InvalidRequest(f"No function_call with call_id {item.call_id!r} precedes this output.",
+                                     param=f"{at}.call_id")
+            output = item.output if isinstance(item.output, str) else "".join(
+                p.text for p in _parts(item.output, at) if isinstance(p, TextPart))
+            out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id, source=at))
+        elif isinstance(item, wire.UserMessage):
+            asst.flush(out)
+            user_content = item.content if isinstance(item.content, list) else [
+                wire.InputText(type="input_text", text=item.content)]
+            out.append(Message(item.role, _parts(user_content, at), source=at))
+        else:  # pragma: no cover - item references are rejected by new_input_items
+            raise InvalidRequest("Unsupported input item.", param=at)
+    asst.flush(out)
+    return tuple(out)
+
+
+def _tool_choice(body: wire.CreateResponseBody, tools: tuple[FunctionTool, ...]) -> ToolChoice:
+    names = {t.name for t in tools}
+    choice = body.tool_choice
+    if choice is None:
+        return ToolChoice("auto")
+    if isinstance(choice, wire.SpecificFunction):
+        if choice.name not in names:
+            raise InvalidRequest(f"tool_choice names {choice.name!r}, which is not in tools.",
+                                 param="tool_choice.name")
+        return ToolChoice("required", (choice.name,))
+    if isinstance(choice, wire.AllowedTools):
+        allowed = tuple(dict.fromkeys(t.name for t in choice.tools))
+        unknown = [n for n in allowed if n not in names]
+        if unknown:
+            raise InvalidRequest(f"allowed_tools lists {unknown[0]!r}, which is not in tools.",
+                                 param="tool_choice.tools")
+        return ToolChoice(choice.mode, allowed)
+    if choice == "required" and not tools:
+        raise InvalidRequest("tool_choice 'required' needs at least one tool.", param="tool_choice")
+    return ToolChoice(choice)
+
+
+def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
+    fmt = body.text.format if body.text else None
+    if fmt is None or isinstance(fmt, wire.TextFormatText):
+        return None
+    if isinstance(fmt, wire.TextFormatJSONObject):
+        return ResponseFormat("json_object", {"type": "object"})
+    check_function_name(fmt.name, "text.format.name")
+    if fmt.schema_ is not None:
+        check_json_schema(fmt.schema_, "text.format.schema")
+    return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
+
+
+def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
+    tools: list[FunctionTool] = []
+    for i, t in enumerate(body.tools or []):
+        check_function_name(t.name, f"tools[{i}].name")
+        if t.name in {x.name for x in tools}:
+            raise InvalidRequest(f"Duplicate tool name {t.name!r}.", param=f"tools[{i}].name")
+        if t.parameters is not None:
+            check_json_schema(t.parameters, f"tools[{i}].parameters")
+        # Open Responses function tools are strict unless they say otherwise (echoed so).
+        tools.append(FunctionTool(t.name, t.description, t.parameters,
+                                  t.strict if t.strict is not None else True))
+    return tuple(tools)
+
+
+def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
+                       first_input: int = 0) -> Conversation:
+    """``context`` is previous input + previous output + new input (from ``first_input`` on),
+    in wire form."""
+    messages = items_to_messages(context, first_input)
+    if body.instructions:
+        messages = (Message("developer", (TextPart(body.instructions),)), *messages)
+    return Conversation(messages, tools_of(body), _response_format(body))
+
+
+def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
+    tools = tools_of(body)
+    top = body.top_logprobs or 0
+    return GenerationParams(
+        max_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        frequency_penalty=body.frequency_penalty,
+        presence_penalty=body.presence_penalty,
+        logprobs=top > 0 or "message.output_text.logprobs" in (body.include or []),
+        top_logprobs=top,
+        reasoning_effort=_EFFORT[body.reasoning.effort] if body.reasoning and body.reasoning.effort else None,
+        tool_choice=_tool_choice(body, tools),
+        parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+    )

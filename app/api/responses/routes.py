@@ -1,0 +1,69 @@
+"""Open Responses routes: create, retrieve, delete, input items, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.responses.encode import ResponsesEncoder
+from app.api.responses.service import ResponsesService
+from app.http.auth import check_model, principal
+from app.http.body import GatewayRoute
+from app.http.disconnect import cancel_on_disconnect
+from app.http.responses import JSONResponse
+from app.http.sse import named_event
+from app.http.streaming import json_response, sse_response
+from schemas.responses import CreateResponseBody
+
+router = APIRouter(route_class=GatewayRoute)
+
+
+def _service(request: Request) -> ResponsesService:
+    service: ResponsesService = request.app.state.responses
+    return service
+
+
+def _named(payload: dict[str, Any]) -> bytes:
+    return named_event(payload["type"], payload)
+
+
+@router.post("/v1/responses")
+async def create_response(body: CreateResponseBody, request: Request) -> Response:
+    check_model(request, body.model)
+    service = _service(request)
+    # Until the first upstream event nothing has been sent: a client that leaves cancels it
+    # (a background response does not wait for the backend, so it is not affected).
+    creating = service.create(body, principal(request))
+    run = await (creating if body.background else cancel_on_disconnect(request, creating))
+    if body.stream:
+        return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
+    if body.background:
+        assert isinstance(run.encoder, ResponsesEncoder)
+        return JSONResponse(run.encoder.snapshot())
+    return await json_response(request, run)
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> Response:
+    return JSONResponse(await _service(request).get(response_id, principal(request)))
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> Response:
+    await _service(request).delete(response_id, principal(request))
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def input_items(response_id: str, request: Request) -> Response:
+    items = await _service(request).input_items(response_id, principal(request))
+    return JSONResponse({"object": "list", "data": items,
+                         "first_id": items[0]["id"] if items else None,
+                         "last_id": items[-1]["id"] if items else None, "has_more": False})
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request) -> Response:
+    return JSONResponse(await _service(request).cancel(response_id, principal(request)))

@@ -1,0 +1,188 @@
+"""Open Responses on the run engine: context, the resource, storage, retrieve, cancel.
+
+A create request becomes a :class:`~app.engine.run.Run` whose encoder is a
+:class:`ResponsesEncoder` (the resource is the fold of its events).  Stored responses
+are written when the run starts and when it ends (:class:`StoreHooks`); a process that
+died mid-run leaves a response that readers end as ``failed`` (``run_lost``).
+Streaming, waiting, background and cancellation are the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from app.api.responses.encode import ResponsesEncoder
+from app.api.responses.ingest import build_conversation, generation_params, new_input_items
+from app.api.responses.store import ResponseStore, StoredResponse
+from app.core.access import ANONYMOUS, Principal
+from app.core.errors import InvalidRequest, NotFound
+from app.core.ids import random_id
+from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.run import Mode, Run
+from schemas.responses import CreateResponseBody, TextFormatJSONSchema
+
+Json = dict[str, Any]
+
+
+def _not_found(response_id: str, param: str = "response_id") -> NotFound:
+    code = "previous_response_not_found" if param == "previous_response_id" else "not_found"
+    return NotFound(f"No response with id {response_id!r} was found.", param=param, code=code)
+
+
+def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: str) -> Json:
+    params = plan.params
+    tools = [{"type": "function", "name": t.name, "description": t.description,
+              "parameters": t.parameters, "strict": t.strict if t.strict is not None else True}
+             for t in body.tools or []]
+    fmt: Json = {"type": "text"}
+    f = body.text.format if body.text else None
+    if isinstance(f, TextFormatJSONSchema):
+        # The Open Responses document types the echoed schema as null (JsonSchemaResponseFormat).
+        fmt = {"type": "json_schema", "name": f.name, "description": f.description, "schema": None,
+               "strict": bool(f.strict)}
+    elif f is not None:
+        fmt = {"type": f.type}
+    choice = body.tool_choice
+    tool_choice: Any = choice if isinstance(choice, str) or choice is None else choice.model_dump()
+    return {
+        "id": response_id, "object": "response", "created_at": int(time.time()), "completed_at": None,
+        "status": status, "incomplete_details": None, "model": body.model,
+        "previous_response_id": body.previous_response_id, "instructions": body.instructions,
+        "output": [], "error": None, "tools": tools, "tool_choice": tool_choice or "auto",
+        "truncation": body.truncation, "parallel_tool_calls": params.parallel_tool_calls,
+        "text": {"format": fmt}, "top_p": body.top_p if body.top_p is not None else 1.0,
+        "presence_penalty": body.presence_penalty or 0.0, "frequency_penalty": body.frequency_penalty or 0.0,
+        "top_logprobs": body.top_logprobs or 0,
+        "temperature": body.temperature if body.temperature is not None else 1.0,
+        "reasoning": {"effort": plan.reasoning_effort, "summary": None}, "usage": None,
+        "max_output_tokens": body.max_output_tokens, "max_tool_calls": body.max_tool_calls,
+        "store": body.store, "background": body.background, "service_tier": body.service_tier,
+        "metadata": body.metadata or {}, "safety_identifier": body.safety_identifier,
+        "prompt_cache_key": body.prompt_cache_key,
+    }
+
+
+class StoreHooks:
+    """Persist a stored response when its run starts (a crash mid-run then leaves a failed
+    response, not a 404) and when it ends."""
+
+    def __init__(self, store: ResponseStore, context: list[Json], tenant: str) -> None:
+        self._store = store
+        self._context = context
+        self._tenant = tenant
+
+    async def started(self, run: Run) -> None:
+        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
+
+    async def ended(self, run: Run) -> None:
+        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
+
+
+def _encoder(run: Run) -> ResponsesEncoder:
+    assert isinstance(run.encoder, ResponsesEncoder)
+    return run.encoder
+
+
+def lost(resource: Json) -> Json:
+    """A run whose process died (kill -9, crash): it ends ``failed``, its open items incomplete."""
+    output = [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
+              for item in resource.get("output", [])]
+    return {**resource, "status": "failed", "output": output, "error": {
+        "code": "run_lost", "message": "The gateway process running this response stopped before "
+                                       "it finished; the response is incomplete."}}
+
+
+class ResponsesService:
+    """Open Responses on the run engine: context from ``previous_response_id``, the
+    resource, storage, and the in-flight runs of this API (retrieve, cancel)."""
+
+    def __init__(self, engine: Engine, store: ResponseStore) -> None:
+        self.engine = engine
+        self.registry = engine.registry
+        self.store = store
+
+    async def heartbeat(self) -> None:
+        """Run for the life of the process: mark this process's stored runs as alive."""
+        while True:
+            await asyncio.sleep(self.registry.config.store.heartbeat_seconds)
+            ids = [rid for rid, run in self.engine.runs.items() if run.persisted]
+            with contextlib.suppress(Exception):
+                await self.store.touch(ids)
+
+    async def _stored(self, response_id: str, who: Principal, param: str = "response_id") -> StoredResponse:
+        """A stored response of ``who``'s tenant, on a model ``who`` may use; else 404. One
+        stored as in flight whose process stopped heartbeating is ended as ``failed`` first."""
+        stored = await self.store.get(response_id, who.tenant)
+        if stored is None or not who.may_use(str(stored.resource.get("model"))):
+            raise _not_found(response_id, param)
+        if (stored.resource.get("status") in ("queued", "in_progress")
+                and self.engine.find(response_id) is None
+                and time.time() - stored.updated_at > self.registry.config.store.lost_after_seconds):
+            stored = StoredResponse(lost(stored.resource), stored.input_items, time.time())
+            await self.store.put(stored.resource, stored.input_items, who.tenant)
+        return stored
+
+    def _inflight(self, response_id: str, who: Principal) -> Run | None:
+        run = self.engine.find(response_id)
+        if (run is None or not isinstance(run.encoder, ResponsesEncoder)
+                or run.owner.tenant != who.tenant or not who.may_use(run.model)):
+            return None
+        return run
+
+    async def _previous(self, body: CreateResponseBody, who: Principal) -> list[Json]:
+        if not body.previous_response_id:
+            return []
+        prev = await self._stored(body.previous_response_id, who, "previous_response_id")
+        output: list[Json] = prev.resource["output"]
+        return prev.input_items + output
+
+    async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS) -> Run:
+        if body.background and not body.store:
+            raise InvalidRequest("background responses must be stored (store: true).", param="background")
+        if body.background and body.stream:
+            raise InvalidRequest("stream together with background is not supported.", param="background")
+        self.registry.route(body.model)  # an unknown model is a 404 before anything else
+        previous = await self._previous(body, who)
+        context = previous + new_input_items(body)
+        conv = build_conversation(body, context, len(previous))
+        response_id = random_id("resp_")
+
+        def encoder(plan: Plan) -> ResponsesEncoder:
+            resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
+            if plan.dropped_messages:
+                resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
+            return ResponsesEncoder(resource)
+
+        mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
+        return await self.engine.start(
+            RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
+            encoder, run_id=response_id, mode=mode, owner=who,
+            hooks=StoreHooks(self.store, context, who.tenant) if body.store else None)
+
+    async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
+        run = self._inflight(response_id, who)
+        if run is not None:
+            return _encoder(run).snapshot()
+        return (await self._stored(response_id, who)).resource
+
+    async def input_items(self, response_id: str, who: Principal = ANONYMOUS) -> list[Json]:
+        return (await self._stored(response_id, who)).input_items
+
+    async def delete(self, response_id: str, who: Principal = ANONYMOUS) -> None:
+        await self._stored(response_id, who)  # the model allow-list applies to deletes too
+        if not await self.store.delete(response_id, who.tenant):
+            raise _not_found(response_id)
+
+    async def cancel(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
+        run = self._inflight(response_id, who)
+        if run is None:
+            stored = await self._stored(response_id, who)
+            raise InvalidRequest(f"Response {response_id!r} is not in progress (status "
+                                 f"{stored.resource['status']!r}); only in-flight responses can be "
+                                 "cancelled.", param="response_id")
+        run.cancel()
+        await run.finished(within=10)
+        return _encoder(run).snapshot()

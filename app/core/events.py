@@ -1,0 +1,97 @@
+"""The closed union of semantic events produced by every parser.
+
+Parsers turn backend chunks into these; encoders turn them into a wire protocol.
+A non-streaming answer is the fold of the same events (:mod:`app.api.chat.fold`).
+Exactly one terminal event (:class:`Finished` or :class:`Error`) ends every stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core.output import TokenLogprob, Usage
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+PartKind = Literal["reasoning", "preamble", "text"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Chain-of-thought text (Harmony ``analysis``); never user-visible content."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreambleDelta:
+    """User-visible progress text (Harmony ``commentary`` without a recipient)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Final answer text; ``logprobs`` covers exactly the tokens behind ``text``."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartDone:
+    """A reasoning / preamble / text segment ended (a Harmony message closed)."""
+
+    kind: PartKind
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    index: int
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgumentsDelta:
+    index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDone:
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    reason: FinishReason
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Terminal failure; ``code`` is a stable machine-readable string.  No HTTP status:
+    :func:`app.core.errors.from_event` derives it where an answer is not yet committed."""
+
+    message: str
+    code: str
+    type: str = "server_error"
+    param: str | None = None
+
+
+Event = (
+    ReasoningDelta
+    | PreambleDelta
+    | TextDelta
+    | PartDone
+    | ToolCallStarted
+    | ToolCallArgumentsDelta
+    | ToolCallDone
+    | Finished
+    | Error
+)
+TERMINAL = (Finished, Error)

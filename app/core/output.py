@@ -1,0 +1,81 @@
+"""What adapters make of a backend's answer: chunks of text / token ids, logprobs, usage,
+how generation ended.  Parsers turn chunks into :mod:`app.core.events`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] | None = None
+    token_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] | None = None
+    token_id: int | None = None
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+StopKind = Literal["eos", "length", "stop_string", "tool_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """How the backend ended generation (before any format-level interpretation)."""
+
+    kind: StopKind
+    stop_string: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallChunk:
+    """A structured tool-call delta from a chat-mode backend (OpenAI / Ollama shape).
+
+    The first delta of a call carries ``name`` (and ``id`` when the backend gives one);
+    later deltas with the same ``index`` carry argument fragments.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of backend output: text, the token ids behind it, and metadata.
+
+    Prompt-mode backends fill ``text`` / ``token_ids`` with raw model output (control
+    tokens included where the backend returns them).  Chat-mode backends have already
+    separated the output: ``text`` is answer content, ``reasoning`` is chain of thought
+    and ``tool_calls`` are structured calls.
+    """
+
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    finish: Finish | None = None
+    usage: Usage | None = None
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallChunk, ...] = ()

@@ -1,1 +1,0 @@
-"""Encoders: semantic events → wire protocols (Chat Completions, ...) and SSE framing."""

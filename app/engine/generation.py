@@ -1,0 +1,402 @@
+"""The one pipeline both APIs share: render → backend → parse → policies → events.
+
+:func:`prepare` (validation, rendering, budget, truncation) and :func:`open_stream`
+(admission, connecting, the first upstream chunk) do everything that can fail with a
+clean HTTP error, so a run can answer 4xx/5xx before committing to a 200 stream.  The returned
+:class:`EventStream` then yields events; a failure after that point becomes a
+terminal :class:`app.core.events.Error` event, never an exception.  Closing the stream
+(client disconnect) closes the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from adapters.base import Backend, Tokenizer, WindowDiscovery
+from app import metrics
+from app.core import events as ev
+from app.core.conversation import Conversation, GenerationParams, ImagePart, ReasoningEffort, part_param
+from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError, to_event
+from app.core.output import Chunk
+from app.core.prompt import Prompt
+from app.engine.admission import Admission
+from app.engine.policy import StopSequences, ToolGuard
+from app.formats.catalog import HarmonyFormat, PromptFormat
+from app.formats.parsing.base import EventParser
+
+log = logging.getLogger("ocm_gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """What the pipeline needs to know about a served model."""
+
+    name: str
+    backend: Backend
+    format: PromptFormat = field(default_factory=HarmonyFormat)
+    context_window: int = 8192
+    default_reasoning_effort: ReasoningEffort = "medium"
+    admission: Admission | None = None  # shared by every model of the process
+
+
+def check_capabilities(route: ModelRoute, params: GenerationParams,
+                       conv: Conversation | None = None) -> None:
+    """Refuse (400, naming the parameter) what the model's backend cannot do."""
+    caps = route.backend.capabilities
+    if conv is not None and not caps.images:
+        for i, msg in enumerate(conv.messages):
+            for j, part in enumerate(msg.content):
+                if isinstance(part, ImagePart):
+                    raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} "
+                                         "does not accept images.", param=part_param(msg, i, j),
+                                         code="unsupported_content_type")
+    if params.n > 1 and not caps.n:
+        raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
+                             f"model {route.name!r}; send n separate requests.", param="n")
+    if params.logprobs and not caps.logprobs:
+        raise InvalidRequest(f"logprobs are not supported by the {route.backend.kind} backend.",
+                             param="logprobs")
+    if params.top_logprobs > caps.max_top_logprobs:
+        raise InvalidRequest(f"top_logprobs may be at most {caps.max_top_logprobs} for this "
+                             "backend.", param="top_logprobs")
+    if params.ignore_eos and not caps.ignore_eos:
+        raise InvalidRequest(f"ignore_eos is not supported by the {route.backend.kind} backend.",
+                             param="ignore_eos")
+    if params.seed is not None and not caps.seed:
+        raise InvalidRequest(f"seed is not supported by the {route.backend.kind} backend.",
+                             param="seed")
+
+
+def render(route: ModelRoute, conv: Conversation, params: GenerationParams) -> Prompt:
+    prompt = route.format.render(conv, params)
+    if prompt.conversation is not None and not route.backend.capabilities.chat:
+        raise InvalidRequest(f"Model {route.name!r} uses prompt format {route.format.name!r}, which "
+                             f"needs a chat-mode backend; {route.backend.kind} takes prompts.")
+    if prompt.json_schema is not None and not route.backend.capabilities.json_schema:
+        raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} cannot "
+                             "constrain output to a JSON schema.", param="response_format")
+    if prompt.conversation is None and not route.backend.capabilities.prompt:
+        raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} takes "
+                             "messages, not prompts: use prompt_format 'chat'.")
+    return prompt
+
+
+def prompt_tokens(prompt: Prompt) -> int | None:
+    """The prompt's length in tokens, or ``None`` when only the backend can count it."""
+    return len(prompt.token_ids) if prompt.token_ids is not None else None
+
+
+def estimate_tokens(prompt: Prompt) -> int:
+    """Exact when the prompt has token ids; otherwise a conservative text estimate."""
+    exact = prompt_tokens(prompt)
+    if exact is not None:
+        return exact
+    chars = len(prompt.text or "") + sum(len(t) for t, _ in prompt.segments)
+    if prompt.conversation is not None:
+        chars += sum(len(m.text) + sum(len(c.arguments) for c in m.tool_calls)
+                     for m in prompt.conversation.messages)
+    return chars // 3 + 1
+
+
+async def tokenize(route: ModelRoute, prompt: Prompt) -> Prompt:
+    """Segments become token ids when the backend has a tokenizer (exact budgets, and
+    the ids rather than re-tokenizable text go upstream)."""
+    backend = route.backend
+    if prompt.token_ids is None and prompt.segments and isinstance(backend, Tokenizer):
+        ids = await backend.tokenize(prompt.segments)
+        return replace(prompt, token_ids=tuple(ids))
+    return prompt
+
+
+_warned: set[tuple[str, int]] = set()
+
+
+async def context_window(route: ModelRoute) -> int:
+    """The configured window, or the backend's real one where it can tell and it is smaller
+    (a llama.cpp slot of ``-c / -np`` tokens, vLLM's ``max_model_len``); a mismatch is
+    logged once."""
+    backend = route.backend
+    found = await backend.context_window() if isinstance(backend, WindowDiscovery) else None
+    if found is None:
+        return route.context_window
+    if found != route.context_window and (route.name, found) not in _warned:
+        _warned.add((route.name, found))
+        log.warning("model %r: context_window is %d in the config, but its backend accepts %d "
+                    "tokens per request; using %d", route.name, route.context_window, found,
+                    min(found, route.context_window))
+    return min(found, route.context_window)
+
+
+def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams,
+            window: int | None = None) -> GenerationParams:
+    counted = prompt_tokens(prompt)
+    if counted is None:
+        return params  # the backend enforces its own context window
+    window = route.context_window if window is None else window
+    n_prompt = counted
+    room = window - n_prompt
+    if room <= 0:
+        raise ContextLengthExceeded(
+            f"The prompt is {n_prompt} tokens, which does not fit the context window of "
+            f"{window} tokens for model {route.name!r}.", param="messages")
+    if params.max_tokens is None or params.max_tokens > room:
+        if params.max_tokens is not None and params.max_tokens > room:
+            # Like OpenAI: max_tokens is a cap; asking beyond the window is an error.
+            raise ContextLengthExceeded(
+                f"The prompt ({n_prompt} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+                f"the context window of {window} tokens.", param="max_tokens")
+        return replace(params, max_tokens=room)
+    return params
+
+
+def invalid_output(exc: Exception) -> ev.Error:
+    """What a client sees when the model's output breaks the parser (never a 500 or a cut)."""
+    return ev.Error(f"The model's output could not be parsed ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
+
+
+class EventStream:
+    """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
+
+    def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
+                 parser: EventParser, params: GenerationParams,
+                 allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
+                 release: Callable[[], None] | None = None,
+                 strict_tools: dict[str, dict[str, Any] | None] | None = None) -> None:
+        self._first = first
+        self._chunks = chunks
+        self._parser = parser
+        self._stops = StopSequences(params.stop)
+        self._guard = ToolGuard(allowed_tools, strict_tools)
+        self._iter = self._run()
+        self._model = model
+        self._upstream = upstream_seconds  # time spent awaiting the backend so far
+        self._stats = metrics.current()
+        self._closed = False
+        self._release = release  # the admission slot, given back when the stream ends
+        self._held_part: ev.PartDone | None = None
+        if self._stats is not None:
+            self._stats.metrics.open_streams.inc()
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        return await self._iter.__anext__()
+
+    async def aclose(self) -> None:
+        await self._iter.aclose()
+        self._finish_stats()  # also when the stream was closed before it was ever iterated
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def _raw(self) -> AsyncGenerator[ev.Event, None]:
+        """Parsed events; any failure of the backend or the parser is one terminal Error."""
+        try:
+            if self._first is not None:
+                for event in self._hold_parts(self._parser.feed(self._first)):
+                    yield event
+            t0 = time.perf_counter()
+            async for chunk in self._chunks:
+                self._upstream += time.perf_counter() - t0
+                for event in self._hold_parts(self._parser.feed(chunk)):
+                    yield event
+                t0 = time.perf_counter()
+            for event in self._hold_parts(self._parser.close()):
+                yield event
+        except GatewayError as exc:
+            yield to_event(exc)
+        except Exception as exc:  # a parser or decoder bug must not cut the stream silently
+            log.warning("model output could not be parsed", exc_info=exc)
+            yield invalid_output(exc)
+        if self._held_part is not None:
+            yield self._held_part
+
+    def _hold_parts(self, events: list[ev.Event]) -> list[ev.Event]:
+        """Each ``PartDone`` is held until the next event: a part the token budget cut
+        (``Finished("length")`` right after it) did not complete, and the finish closes it
+        as incomplete instead."""
+        out: list[ev.Event] = []
+        for event in events:
+            held, self._held_part = self._held_part, None
+            if held is not None and not (isinstance(event, ev.Finished) and event.reason == "length"):
+                out.append(held)
+            if isinstance(event, ev.PartDone):
+                self._held_part = event
+            else:
+                out.append(event)
+        return out
+
+    async def _run(self) -> AsyncGenerator[ev.Event, None]:
+        raw = self._raw()
+        try:
+            async for event in raw:
+                if isinstance(event, ev.TextDelta):
+                    for out in self._stops.feed(event):
+                        yield out
+                    if self._stops.matched:
+                        yield ev.PartDone("text")
+                        finished = ev.Finished("stop", self._parser.usage())
+                        self._observe(finished)
+                        yield finished
+                        return
+                    continue
+                if isinstance(event, (ev.PartDone, ev.Finished)):
+                    for out in self._stops.flush():
+                        yield out
+                if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):
+                    error = (self._guard.check(event) if isinstance(event, ev.ToolCallStarted)
+                             else self._guard.check_arguments(event))
+                    if error is not None:
+                        self._observe(error)
+                        yield error
+                        return
+                self._observe(event)
+                yield event
+                if isinstance(event, ev.TERMINAL):
+                    return
+        finally:
+            self._finish_stats()
+            await raw.aclose()
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+    def _observe(self, event: ev.Event) -> None:
+        stats = self._stats
+        if stats is None:
+            return
+        if isinstance(event, ev.Finished):
+            stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
+            stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
+            stats.tokens += event.usage.total_tokens
+        elif isinstance(event, ev.Error):
+            stats.metrics.backend_errors.labels(self._model, event.code).inc()
+
+    def _finish_stats(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._release is not None:
+            self._release()
+        if self._stats is not None:
+            self._stats.upstream_seconds += self._upstream
+            self._stats.metrics.upstream.labels(self._model).observe(self._upstream)
+            self._stats.metrics.open_streams.dec()
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A generation ready to open: the conversation as it will be sent (after truncation),
+    the prompt, and the parameters within the context budget."""
+
+    conversation: Conversation
+    params: GenerationParams
+    prompt: Prompt
+    dropped_messages: int = 0
+
+
+def drop_oldest_turn(conv: Conversation) -> tuple[Conversation, int]:
+    """The conversation without its oldest turn, and how many messages that was.
+
+    A turn starts at a user message and runs to the next one, so a function call is never
+    separated from its output; system / developer messages and the latest turn are kept
+    (anything before the first user turn that is not an instruction goes with it)."""
+    msgs = conv.messages
+    body = [i for i, m in enumerate(msgs) if m.role not in ("system", "developer")]
+    user_starts = [i for i in body if msgs[i].role == "user"]
+    if len(user_starts) < 2:
+        raise ContextLengthExceeded(
+            "The input does not fit the model's context window even after dropping all but the "
+            "latest turn.", param="input")
+    cut = {i for i in body if i < user_starts[1]}
+    return replace(conv, messages=tuple(m for i, m in enumerate(msgs) if i not in cut)), len(cut)
+
+
+async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
+                  truncate: bool = False) -> Prepared:
+    """Everything before the backend is called: capacity, capabilities, render, tokens,
+    budget.  With ``truncate`` the oldest turns are dropped until the prompt and the
+    requested output fit the window (counted exactly where the prompt has token ids,
+    estimated where only the backend can count)."""
+    if route.admission is not None:
+        route.admission.check()  # at capacity: refuse before rendering
+    check_capabilities(route, params, conv)
+    await route.format.prepare()
+    window = await context_window(route)
+    dropped = 0
+    while True:
+        prompt = await tokenize(route, render(route, conv, params))
+        try:
+            if truncate and prompt_tokens(prompt) is None and (
+                    estimate_tokens(prompt) + (params.max_tokens or 0) >= window):
+                raise ContextLengthExceeded("The input is estimated not to fit the context window.",
+                                            param="input")
+            return Prepared(conv, _budget(route, prompt, params, window), prompt, dropped)
+        except ContextLengthExceeded:
+            if not truncate:
+                raise
+            conv, n = drop_oldest_turn(conv)
+            dropped += n
+
+
+async def start(route: ModelRoute, conv: Conversation, params: GenerationParams) -> EventStream:
+    """Prepare and open in one step (no truncation)."""
+    return await open_stream(route, await prepare(route, conv, params))
+
+
+async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
+    """Take an admission slot, call the backend and wait for its first chunk; every failure
+    up to here raises (a clean HTTP error), everything after is an event of the stream."""
+    conv, params, prompt = prepared.conversation, prepared.params, prepared.prompt
+    allowed = {t.name for t in conv.tools} if params.tool_choice.mode != "none" else set()
+    if params.tool_choice.allowed is not None:
+        allowed &= set(params.tool_choice.allowed)
+    parser = route.format.parser(prompt, prompt_tokens(prompt) or 0)
+    stats = metrics.current()
+    if stats is not None:
+        stats.model = route.name
+    admission = route.admission
+    if admission is not None:
+        await admission.acquire()  # Overloaded (503) when the queue is full or too slow
+    try:
+        chunks = route.backend.stream(prompt, params)
+    except BaseException:
+        if admission is not None:
+            admission.release()
+        raise
+    t0 = time.perf_counter()
+    try:
+        try:
+            first: Chunk | None = await chunks.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except (GatewayError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a decoder failure on the first event: a 502, not a 500
+            raise UpstreamError(invalid_output(exc).message, code="invalid_model_output") from exc
+    except BaseException as exc:
+        if stats is not None and isinstance(exc, GatewayError) and exc.status >= 500:
+            stats.metrics.backend_errors.labels(route.name, exc.code or "error").inc()
+        try:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            if admission is not None:
+                admission.release()
+        raise
+    ttft = time.perf_counter() - t0
+    if stats is not None:
+        stats.metrics.ttft.labels(route.name).observe(ttft)
+    strict = {t.name: t.parameters for t in conv.tools if t.strict}
+    return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
+                       release=admission.release if admission is not None else None,
+                       strict_tools=strict)

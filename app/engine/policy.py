@@ -1,0 +1,121 @@
+"""Gateway-side policies applied to the event stream, independent of prompt format.
+
+* :class:`StopSequences` — the request's ``stop`` strings apply to the *final
+  answer text only* (never to reasoning or to the Harmony header bytes, which a
+  backend-side stop string would match).  Text is held back while it could be the
+  start of a stop string; on a match the answer ends with ``finish_reason: stop``.
+* :class:`ToolGuard` — a tool call to a function that was not offered (or not
+  allowed by ``tool_choice``) is never passed on; the answer ends with an error. So does a
+  call to a ``strict`` function whose arguments do not match its schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core import events as ev
+from app.core.output import TokenLogprob, Usage
+from app.engine.schema_check import arguments_problem
+
+
+class StopSequences:
+    """Held text is kept as whole deltas, so every emitted delta carries exactly the logprobs
+    of the tokens behind its text (a delta cut by a stop string keeps those of the tokens
+    before the cut)."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self._stops = stops
+        self._hold = max((len(s) for s in stops), default=1) - 1
+        self._held: list[ev.TextDelta] = []
+        self._held_len = 0
+        self.matched = False
+
+    def feed(self, delta: ev.TextDelta) -> list[ev.Event]:
+        """Returns text safe to emit; sets :attr:`matched` when a stop string is hit."""
+        if not self._stops:
+            return [delta]
+        self._held.append(delta)
+        self._held_len += len(delta.text)
+        text = "".join(d.text for d in self._held)  # at most ~ the longest stop string + a delta
+        # The stop string that is complete first ends the answer, as on a backend checking
+        # after each character (ties: the one that starts first), whatever the chunking.
+        found = [(i + len(s), i) for s in self._stops if (i := text.find(s)) >= 0]
+        if found:
+            self.matched = True
+            return self._take(min(found)[1])
+        # A delta is safe once no stop string could start inside it: it ends at least
+        # ``hold`` characters before the end of what is held.
+        out: list[ev.Event] = []
+        safe = self._held_len - self._hold
+        while self._held and len(self._held[0].text) <= safe:
+            done = self._held.pop(0)
+            safe -= len(done.text)
+            self._held_len -= len(done.text)
+            out.append(done)
+        return out
+
+    def _take(self, cut: int) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        pos = 0
+        for delta in self._held:
+            if pos + len(delta.text) <= cut:
+                out.append(delta)
+                pos += len(delta.text)
+                continue
+            part = delta.text[:cut - pos]
+            if part:
+                out.append(ev.TextDelta(part, _logprobs_within(delta, len(part))))
+            break
+        self._held, self._held_len = [], 0
+        return [d for d in out if isinstance(d, ev.TextDelta) and d.text]
+
+    def flush(self) -> list[ev.Event]:
+        out: list[ev.Event] = [d for d in self._held if d.text]
+        self._held, self._held_len = [], 0
+        return out
+
+
+def _logprobs_within(delta: ev.TextDelta, chars: int) -> tuple[TokenLogprob, ...] | None:
+    """The logprobs of the tokens whose text lies within the first ``chars`` characters."""
+    if not delta.logprobs:
+        return None
+    kept: list[TokenLogprob] = []
+    end = 0
+    for lp in delta.logprobs:
+        end += len(lp.token)
+        if end > chars:
+            break
+        kept.append(lp)
+    return tuple(kept) or None
+
+
+class ToolGuard:
+    """Calls only to allowed functions; a ``strict`` tool's arguments must match its schema."""
+
+    def __init__(self, allowed: frozenset[str], strict: dict[str, dict[str, Any] | None] | None = None,
+                 ) -> None:
+        self._allowed = allowed
+        self._strict = strict or {}
+
+    def check(self, event: ev.ToolCallStarted) -> ev.Error | None:
+        if event.name in self._allowed:
+            return None
+        offered = ", ".join(sorted(self._allowed)) or "none"
+        return ev.Error(
+            f"The model tried to call function {event.name!r}, which this request does not "
+            f"allow (allowed: {offered}). The call was not returned.",
+            code="tool_not_allowed",
+        )
+
+    def check_arguments(self, event: ev.ToolCallDone) -> ev.Error | None:
+        if event.name not in self._strict:
+            return None
+        problem = arguments_problem(event.arguments, self._strict[event.name])
+        if problem is None:
+            return None
+        return ev.Error(f"The model's call to the strict function {event.name!r} does not match "
+                        f"its parameters schema: {problem}.", code="invalid_tool_arguments")
+
+
+def stop_finish(usage: Usage) -> list[ev.Event]:
+    return [ev.PartDone("text"), ev.Finished("stop", usage)]

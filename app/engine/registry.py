@@ -1,0 +1,152 @@
+"""Served models: config → :class:`app.engine.generation.ModelRoute` with live backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from importlib.resources import files
+from pathlib import Path
+
+import httpx
+
+from adapters.base import Backend
+from adapters.llamacpp import LlamaCppBackend
+from adapters.ollama import OllamaBackend
+from adapters.openai_chat import OpenAIChatBackend
+from adapters.routing import RetryPolicy
+from adapters.vllm import VLLMBackend
+from app.config import GatewayConfig, ModelConfig, UpstreamSettings
+from app.core.conversation import GenerationParams
+from app.core.errors import ModelNotFound
+from app.engine.admission import Admission
+from app.engine.generation import ModelRoute
+from app.formats.catalog import (
+    BackendTemplateFormat,
+    ChatFormat,
+    HarmonyFormat,
+    OpenChatMLFormat,
+    PromptFormat,
+    TemplateFormat,
+)
+from app.formats.harmony.render import HarmonyOptions
+from app.formats.openchatml.render import OpenChatMLOptions
+
+BackendFactory = Callable[[str, ModelConfig, httpx.AsyncClient, RetryPolicy], Backend]
+BACKENDS: dict[str, BackendFactory] = {
+    "llamacpp": lambda name, cfg, client, policy: LlamaCppBackend(client, cfg.base_urls, policy),
+    "vllm": lambda name, cfg, client, policy: VLLMBackend(
+        client, cfg.base_urls, cfg.upstream_model or name, policy),
+    "ollama": lambda name, cfg, client, policy: OllamaBackend(
+        client, cfg.base_urls, cfg.upstream_model or name, policy),
+    "openai": lambda name, cfg, client, policy: OpenAIChatBackend(
+        client, cfg.base_urls, cfg.upstream_model or name, policy, api_key=cfg.api_key),
+}
+
+
+def make_backend(name: str, cfg: ModelConfig, client: httpx.AsyncClient,
+                 up: UpstreamSettings) -> Backend:
+    policy = RetryPolicy(max_attempts=up.max_attempts, backoff=up.retry_backoff,
+                         cooldown=up.cooldown_seconds, first_byte_timeout=up.first_byte_timeout,
+                         attempt_timeout=up.attempt_timeout)
+    factory = BACKENDS.get(cfg.backend)
+    if factory is None:
+        raise ValueError(f"unknown backend kind {cfg.backend!r}")
+    return factory(name, cfg, client, policy)
+
+
+# The special tokens each built-in template is rendered with, unless the config sets them.
+BUILTIN_TOKENS: dict[str, tuple[str, str]] = {"gemma3": ("<bos>", "<eos>")}
+
+
+def builtin_template(name: str) -> str:
+    """A chat template shipped in ``app/templates`` (``gemma3``, ...)."""
+    resource = files("app").joinpath("templates", f"{name}.jinja")
+    if not name.replace("-", "").replace("_", "").isalnum() or not resource.is_file():
+        raise ValueError(f"no built-in chat template named {name!r}")
+    return resource.read_text(encoding="utf-8")
+
+
+def _harmony(name: str, cfg: ModelConfig, backend: Backend) -> PromptFormat:
+    return HarmonyFormat(HarmonyOptions(
+        model_identity=cfg.harmony.model_identity,
+        knowledge_cutoff=cfg.harmony.knowledge_cutoff,
+        current_date=cfg.harmony.current_date,
+        default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+    ))
+
+
+def _openchatml(name: str, cfg: ModelConfig, backend: Backend) -> PromptFormat:
+    return OpenChatMLFormat(OpenChatMLOptions(
+        model=name, model_identity=cfg.harmony.model_identity,
+        knowledge_cutoff=cfg.harmony.knowledge_cutoff, current_date=cfg.harmony.current_date,
+        default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+        document_header=cfg.openchatml.document_header,
+    ), require_channels=cfg.openchatml.require_channels)
+
+
+def _template(name: str, cfg: ModelConfig, backend: Backend) -> PromptFormat:
+    t = cfg.template
+    if t.from_backend:
+        if not isinstance(backend, LlamaCppBackend):
+            raise ValueError("template.from_backend needs a llamacpp backend")
+        return BackendTemplateFormat(backend.chat_template)
+    bos, eos = "", ""
+    if t.path is not None:
+        source = Path(t.path).expanduser().read_text(encoding="utf-8")
+    elif t.builtin is not None:
+        source = builtin_template(t.builtin)
+        bos, eos = BUILTIN_TOKENS.get(t.builtin, ("", ""))
+    else:
+        raise ValueError("prompt_format 'template' needs template.path or template.builtin")
+    return TemplateFormat(source, bos_token=bos if t.bos_token is None else t.bos_token,
+                          eos_token=eos if t.eos_token is None else t.eos_token)
+
+
+FORMATS: dict[str, Callable[[str, ModelConfig, Backend], PromptFormat]] = {
+    "harmony": _harmony, "openchatml": _openchatml, "template": _template,
+    "chat": lambda name, cfg, backend: ChatFormat(),
+}
+
+
+def make_format(name: str, cfg: ModelConfig, backend: Backend) -> PromptFormat:
+    factory = FORMATS.get(cfg.prompt_format or "harmony")
+    if factory is None:
+        raise ValueError(f"unknown prompt format {cfg.prompt_format!r}")
+    return factory(name, cfg, backend)
+
+
+class Registry:
+    def __init__(self, config: GatewayConfig, client: httpx.AsyncClient,
+                 admission: Admission | None = None) -> None:
+        self.config = config
+        self.created = 0
+        self.routes: dict[str, ModelRoute] = {}
+        lim = config.limits
+        self.admission = admission or Admission(lim.max_inflight or config.upstream.max_connections,
+                                                lim.max_queue, lim.queue_timeout)
+        for name, cfg in config.models.items():
+            backend = make_backend(name, cfg, client, config.upstream)
+            self.routes[name] = ModelRoute(
+                name=name,
+                backend=backend,
+                format=make_format(name, cfg, backend),
+                context_window=cfg.context_window,
+                default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
+                admission=self.admission,
+            )
+
+    def route(self, model: str) -> ModelRoute:
+        try:
+            return self.routes[model]
+        except KeyError:
+            raise ModelNotFound(f"The model {model!r} does not exist.", param="model") from None
+
+    def with_defaults(self, model: str, params: GenerationParams) -> GenerationParams:
+        d = self.config.models[model].defaults
+        return replace(
+            params,
+            temperature=params.temperature if params.temperature is not None else d.temperature,
+            top_p=params.top_p if params.top_p is not None else d.top_p,
+            max_tokens=params.max_tokens if params.max_tokens is not None else d.max_tokens,
+            reasoning_effort=params.reasoning_effort or d.reasoning_effort,
+        )

@@ -1,0 +1,176 @@
+"""Prompt formats: each pairs a renderer (Conversation → Prompt) with its output parser.
+
+A served model has exactly one format (config ``prompt_format``).  The pipeline asks
+the format to render the conversation and, for the resulting prompt, to build the
+incremental parser that turns the backend's chunks back into events:
+
+* ``harmony``: openai-harmony token ids; :class:`app.formats.harmony.parse.HarmonyEventParser`.
+* ``openchatml``: OpenChatML 2.2 text prompts, parsed back at the text level
+  (:mod:`app.formats.openchatml.parse`), so it works over text-only transports too.
+* ``template``: the model's own Jinja chat template, rendered into trusted / untrusted
+  segments; a text-level parser for its markers.
+* ``chat``: no rendering at all — the conversation goes to a chat-mode backend (Ollama
+  ``/api/chat``, an OpenAI-compatible server), whose structured deltas are mapped to
+  events by :class:`app.formats.chat.parse.DeltaParser`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.core.conversation import Conversation, GenerationParams
+from app.core.errors import InvalidRequest
+from app.core.prompt import Prompt
+from app.formats.chat.parse import DeltaParser
+from app.formats.harmony.parse import HarmonyEventParser
+from app.formats.harmony.render import HarmonyOptions, render_harmony
+from app.formats.openchatml.parse import OpenChatMLDecoder
+from app.formats.openchatml.render import OpenChatMLOptions, render_openchatml
+from app.formats.parsing.base import EventParser
+from app.formats.parsing.text import TextEventParser
+from app.formats.template.analysis.analysis import analyze
+from app.formats.template.analysis.result import ReasoningMode
+from app.formats.template.analysis.tools import ToolFormat
+from app.formats.template.parse import template_decoder
+from app.formats.template.render import render_segments
+
+
+class PromptFormat(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def prepare(self) -> None:
+        """Called before every render; a format that needs I/O first (a template fetched
+        from the backend) does it here, once."""
+        ...
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt: ...
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HarmonyFormat:
+    options: HarmonyOptions = field(default_factory=HarmonyOptions)
+    name: str = "harmony"
+
+    async def prepare(self) -> None:
+        return None
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return render_harmony(conv, params, self.options)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateFormat:
+    """A Jinja chat template; output parsed by the template's differential analysis
+    (:mod:`app.formats.template.analysis`), memoized per template source."""
+
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+    name: str = "template"
+
+    async def prepare(self) -> None:
+        return None
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        analysis = analyze(self.source)
+        if conv.tools and params.tool_choice.mode != "none" and analysis.tools.format is ToolFormat.NONE:
+            # The template has no way to show tools to the model, nor a call syntax to parse:
+            # dropping them silently would answer "required" with plain text.
+            raise InvalidRequest("This model's chat template has no tool-call syntax, so it cannot "
+                                 "be given tools.", param="tools", code="tools_not_supported")
+        segments = render_segments(self.source, conv, bos_token=self.bos_token,
+                                   eos_token=self.eos_token, caps=analysis.caps)
+        rf = conv.response_format
+        if rf is not None and analysis.reasoning.mode != ReasoningMode.NONE:
+            raise InvalidRequest("response_format json_schema is not available for this model: its "
+                                 "output has reasoning around the answer, so the whole output cannot "
+                                 "be constrained to the schema.", param="response_format")
+        return Prompt(token_ids=None, segments=segments, tools=conv.tools,
+                      json_schema=rf.schema if rf else None)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        decoder = template_decoder(self.source, prompt.segments, tools=prompt.tools,
+                                   eos_token=self.eos_token)
+        return TextEventParser(decoder, prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenChatMLFormat:
+    """OpenChatML 2.2: a text prompt (trusted markup + escaped client text as segments),
+    parsed back by the text-level OpenChatML decoder."""
+
+    options: OpenChatMLOptions = field(default_factory=OpenChatMLOptions)
+    require_channels: bool = False
+    name: str = "openchatml"
+
+    async def prepare(self) -> None:
+        return None
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return render_openchatml(conv, params, self.options)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        decoder = OpenChatMLDecoder(prefill=prompt.prefill_text, require_channels=self.require_channels)
+        return TextEventParser(decoder, prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFormat:
+    """Pass the conversation through to a chat-mode backend."""
+
+    name: str = "chat"
+
+    async def prepare(self) -> None:
+        return None
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return Prompt(token_ids=None, conversation=conv)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return DeltaParser(prompt_tokens)
+
+
+TemplateFetcher = Callable[[], Awaitable[tuple[str, str, str]]]
+
+
+class BackendTemplateFormat:
+    """A template format whose template comes from the backend (llama.cpp ``/props``).
+
+    Fetched on first use, not at startup, so the gateway starts before its backends;
+    a failed fetch is retried by the next request.
+    """
+
+    name = "template"
+
+    def __init__(self, fetch: TemplateFetcher) -> None:
+        self._fetch = fetch
+        self._format: TemplateFormat | None = None
+        self._lock = asyncio.Lock()
+
+    async def prepare(self) -> None:
+        if self._format is not None:
+            return
+        async with self._lock:
+            if self._format is None:
+                source, bos, eos = await self._fetch()
+                self._format = TemplateFormat(source, bos_token=bos, eos_token=eos)
+
+    def _ready(self) -> TemplateFormat:
+        if self._format is None:  # pragma: no cover - the pipeline always prepares first
+            raise RuntimeError("BackendTemplateFormat used before prepare()")
+        return self._format
+
+    def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        return self._ready().render(conv, params)
+
+    def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
+        return self._ready().parser(prompt, prompt_tokens)

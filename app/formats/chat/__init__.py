@@ -1,0 +1,4 @@
+"""Chat-mode backends: the conversation goes upstream as messages; the server's structured
+
+deltas become events.
+"""

@@ -1,0 +1,213 @@
+"""Harmony (gpt-oss) prompt rendering with openai-harmony, to token ids.
+
+Rendering to token ids (never to text) is what keeps user-supplied text from
+becoming a control token: openai-harmony encodes message content as ordinary
+text, so ``<|start|>`` typed by a user is the byte sequence ``<|start|>``, not
+token 200006.  Everything that lands in a message *header* (tool names, the
+response-format name) is validated against ``^[A-Za-z0-9_-]{1,64}$`` at ingest.
+
+Policy (seed 002, sections 4, 9, 13, 14, 16), and where it differs from the
+gpt-oss Hugging Face chat template (see ``tests/unit/render/test_harmony_golden.py``):
+
+* system message: identity, knowledge cutoff, current date, ``Reasoning:``,
+  valid channels, and the commentary-channel line when function tools are offered;
+* developer message: ``# Instructions`` from *all* system / developer messages
+  (joined by blank lines; the template uses only a leading one), ``# Tools`` from
+  the JSON-schema tools, ``# Response Formats`` from a json_schema response format
+  (the template has no response formats);
+* assistant history: ``reasoning`` is rendered as an ``analysis`` message only for
+  a tool-calling assistant message with no later plain assistant answer, otherwise
+  dropped; ``content`` next to tool calls is a ``commentary`` preamble (the template
+  renders it as analysis); each tool call becomes its own
+  ``to=functions.NAME`` message with ``<|constrain|>json`` (the template writes plain
+  ``json`` and supports one call per message); answers end with ``<|end|>``;
+* tool results: ``functions.NAME to=assistant`` on commentary, content verbatim
+  (the template JSON-quotes it);
+* tool schemas are rendered by openai-harmony, which (unlike the template) puts no
+  stray comma after ``// default: X`` and lays out object-typed parameters cleanly;
+  instructions without tools end without the template's trailing blank line;
+* ``tool_choice``: ``none`` leaves the tools out of the prompt; ``required`` and a
+  named function prefill the assistant header up to ``to=functions`` (or through
+  ``<|message|>`` for a named function), so the model can only continue a call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+from openai_harmony import (
+    Author,
+    DeveloperContent,
+    HarmonyEncoding,
+    Message,
+    RenderConversationConfig,
+    Role,
+    SystemContent,
+    ToolDescription,
+)
+from openai_harmony import Conversation as HarmonyConversation
+from openai_harmony import ReasoningEffort as HarmonyEffort
+
+from app.core import conversation as m
+from app.core.errors import InvalidRequest
+from app.core.prompt import Prompt
+from app.formats.content import text_only
+from app.formats.harmony.vocab import END, MESSAGE, START, harmony_encoding
+
+_EFFORT = {"low": HarmonyEffort.LOW, "medium": HarmonyEffort.MEDIUM, "high": HarmonyEffort.HIGH}
+
+
+@dataclass(frozen=True, slots=True)
+class HarmonyOptions:
+    model_identity: str = "You are ChatGPT, a large language model trained by OpenAI."
+    knowledge_cutoff: str = "2024-06"
+    current_date: str | None = None  # None: today's date (UTC)
+    default_reasoning_effort: m.ReasoningEffort = "medium"
+
+
+def _system(opts: HarmonyOptions, effort: m.ReasoningEffort) -> Message:
+    date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
+    content = (
+        SystemContent.new()
+        .with_model_identity(opts.model_identity)
+        .with_knowledge_cutoff(opts.knowledge_cutoff)
+        .with_conversation_start_date(date)
+        .with_reasoning_effort(_EFFORT[effort])
+        .with_required_channels(["analysis", "commentary", "final"])
+    )
+    return Message.from_role_and_content(Role.SYSTEM, content)
+
+
+def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> Message | None:
+    """The Harmony developer message (``# Instructions``, ``# Tools``), or None if empty."""
+    if not instructions and not tools:
+        return None
+    content = DeveloperContent.new()
+    if instructions:
+        content = content.with_instructions(instructions)
+    if tools:
+        content = content.with_function_tools([
+            ToolDescription.new(t.name, t.description or "", parameters=t.parameters or None)
+            for t in tools
+        ])
+    return Message.from_role_and_content(Role.DEVELOPER, content)
+
+
+def _text_only(msg: m.Message, index: int) -> str:
+    return text_only(msg, index, "This model's prompt format (harmony)")
+
+
+def _has_later_answer(messages: tuple[m.Message, ...], index: int) -> bool:
+    return any(x.role == "assistant" and not x.tool_calls for x in messages[index + 1:])
+
+
+def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
+    instructions: list[str] = []
+    out: list[Message] = []
+    call_names: dict[str, str] = {}
+    msgs = conv.messages
+    for i, msg in enumerate(msgs):
+        if msg.role in ("system", "developer"):
+            text = _text_only(msg, i)
+            if text:
+                instructions.append(text)
+        elif msg.role == "user":
+            out.append(Message.from_role_and_content(Role.USER, _text_only(msg, i)))
+        elif msg.role == "assistant":
+            text = _text_only(msg, i)
+            if msg.tool_calls:
+                if msg.reasoning and not _has_later_answer(msgs, i):
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, msg.reasoning)
+                               .with_channel("analysis"))
+                if text:
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, text)
+                               .with_channel("commentary"))
+                for call in msg.tool_calls:
+                    call_names[call.id] = call.name
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, call.arguments)
+                               .with_channel("commentary")
+                               .with_recipient(f"functions.{call.name}")
+                               .with_content_type("<|constrain|>json"))
+            else:
+                out.append(Message.from_role_and_content(Role.ASSISTANT, text)
+                           .with_channel("final"))
+        else:  # tool
+            name = call_names.get(msg.tool_call_id or "")
+            if name is None:
+                raise InvalidRequest("Tool message does not answer a known tool call.",
+                                     param=f"messages[{i}].tool_call_id")
+            out.append(Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{name}"),
+                                                       _text_only(msg, i))
+                       .with_recipient("assistant").with_channel("commentary"))
+    return "\n\n".join(instructions), out
+
+
+def response_format_section(rf: m.ResponseFormat) -> str:
+    """The developer message's ``# Response Formats`` section (seed 002)."""
+    text = f"# Response Formats\n\n## {rf.name}\n\n"
+    if rf.description:
+        text += f"// {' '.join(rf.description.splitlines())}\n"
+    return text + json.dumps(rf.schema, separators=(",", ":"), ensure_ascii=False)
+
+
+def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat, lead: str) -> list[int]:
+    # Client text (schema, names, descriptions): special-token text such as "<|start|>" is
+    # encoded as ordinary characters, never refused and never a control token.
+    return list(enc.encode(lead + response_format_section(rf), allowed_special=set(),
+                           disallowed_special=()))
+
+
+def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
+                            rf: m.ResponseFormat) -> list[int]:
+    """Insert ``# Response Formats`` at the end of the developer message (token level)."""
+    dev_start = ids.index(START, 1)  # message 0 is the system message
+    end = ids.index(END, dev_start)
+    # A developer message with no other content gets no leading blank line.
+    extra = _response_format_ids(enc, rf, "" if ids[end - 1] == MESSAGE else "\n\n")
+    return ids[:end] + extra + ids[end:]
+
+
+def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice) -> list[int]:
+    """Assistant-header tokens that force a function call (empty for auto / none)."""
+    if choice.mode != "required":
+        return []
+    # Stop before the '.': o200k's pre-tokenizer glues it to the name (".get", "_weather"),
+    # so a prefill ending in a bare '.' would be a token sequence the model never saw.
+    header = "<|channel|>commentary to=functions"
+    if choice.allowed is not None and len(choice.allowed) == 1:
+        header += f".{choice.allowed[0]} <|constrain|>json<|message|>"
+    specials = {"<|channel|>", "<|constrain|>", "<|message|>"}
+    return list(enc.encode(header, allowed_special=specials))
+
+
+def render_harmony(conv: m.Conversation, params: m.GenerationParams,
+                   opts: HarmonyOptions | None = None) -> Prompt:
+    opts = opts or HarmonyOptions()
+    enc = harmony_encoding()
+    # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
+    # guard), not what the model sees: all tools stay in the prompt, which keeps it cacheable.
+    tools = conv.tools if params.tool_choice.mode != "none" else ()
+    instructions, history = _history(conv)
+    effort = params.reasoning_effort or opts.default_reasoning_effort
+    messages = [_system(opts, effort)]
+    dev = developer_message(instructions, tools)
+    needs_dev_for_format = dev is None and conv.response_format is not None
+    if needs_dev_for_format:
+        dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())
+    if dev is not None:
+        messages.append(dev)
+    messages.extend(history)
+    ids = enc.render_conversation_for_completion(
+        HarmonyConversation.from_messages(messages), Role.ASSISTANT,
+        RenderConversationConfig(auto_drop_analysis=False))
+    if conv.response_format is not None:
+        ids = _splice_response_format(enc, ids, conv.response_format)
+    prefill = prefill_ids(enc, params.tool_choice)
+    ids = ids + prefill
+    return Prompt(
+        token_ids=tuple(ids),
+        stop_token_ids=tuple(enc.stop_tokens_for_assistant_actions()),
+        prefill_ids=tuple(prefill),
+    )

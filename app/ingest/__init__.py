@@ -1,1 +1,0 @@
-"""Request ingestion: API request bodies → internal Conversation + GenerationParams."""

@@ -1,0 +1,82 @@
+"""The application: the APIs' routers, middleware, error rendering and lifespan (one shared
+upstream connection pool, the run engine, the response store)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+
+from app.api.chat import routes as chat_routes
+from app.api.chat import sagemaker
+from app.api.responses import routes as responses_routes
+from app.api.responses.service import ResponsesService
+from app.api.responses.store import ResponseStore
+from app.config import GatewayConfig, load_config
+from app.engine.admission import Admission
+from app.engine.engine import Engine
+from app.engine.registry import Registry
+from app.formats.harmony.vocab import harmony_encoding
+from app.http import errors, openapi, routes_meta
+from app.http.auth import AuthMiddleware
+from app.http.limits import LimitsMiddleware
+from app.http.observe import ObserveMiddleware
+from app.metrics import Metrics
+
+
+def create_app(config: GatewayConfig | None = None,
+               transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """Build the gateway.  ``transport`` replaces the network (tests use MockTransport)."""
+    cfg = config if config is not None else load_config()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        harmony_encoding()  # load the vocabulary before the first request, not during it
+        up = cfg.upstream
+        client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(connect=up.connect_timeout, read=up.read_timeout,
+                                  write=up.connect_timeout, pool=up.connect_timeout),
+            limits=httpx.Limits(max_connections=up.max_connections,
+                                max_keepalive_connections=up.max_connections),
+        )
+        registry = Registry(cfg, client, admission)
+        registry.created = int(time.time())
+        app.state.metrics.watch_admission(admission)
+        app.state.registry = registry
+        store = await ResponseStore.open(cfg.store.path)
+        app.state.engine = engine = Engine(registry)
+        app.state.responses = ResponsesService(engine, store)
+        heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
+        try:
+            yield
+        finally:
+            heartbeat.cancel()
+            await engine.shutdown(within=10)  # runs persist their final state before the store closes
+            await store.close()
+            await client.aclose()
+
+    app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
+    routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router]
+    errors.install(app, routers)
+    lim = cfg.limits  # one admission controller per process, shared by every model
+    admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,
+                          lim.queue_timeout)
+    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission)  # inside auth
+    if cfg.auth.keys:
+        app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
+    app.state.metrics = Metrics()
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: sees 401s too
+    for router in routers:
+        app.include_router(router)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (config from ``OCMGW_CONFIG`` and env)."""
+    return create_app(load_config())

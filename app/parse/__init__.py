@@ -1,1 +1,0 @@
-"""Incremental parsers: backend chunks → semantic :mod:`app.events`."""

@@ -1,1 +1,0 @@
-"""Prompt rendering: Conversation + GenerationParams → :class:`app.model.Prompt`."""

@@ -1,0 +1,90 @@
+"""Chat Completions request → internal Conversation / GenerationParams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.api.chat.ingest import ingest_chat
+from app.core.conversation import ImagePart, TextPart, ToolCall, ToolChoice
+from app.core.errors import InvalidRequest
+from schemas.chat import ChatCompletionRequest
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "d",
+                                         "parameters": {"type": "object"}}}
+
+
+def _ingest(**body: Any) -> Any:
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return ingest_chat(ChatCompletionRequest.model_validate({"model": "m", **body}))
+
+
+def test_history_with_tool_calls_reasoning_and_parts() -> None:
+    got = _ingest(messages=[
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Look:"},
+                                     {"type": "image_url", "image_url": {"url": "http://x/i.png"}}]},
+        {"role": "assistant", "content": None, "reasoning_content": "think",
+         "tool_calls": [{"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny.", "reasoning": "alias field"},
+    ], tools=[TOOL])
+    msgs = got.conversation.messages
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool", "assistant"]
+    assert msgs[0].content == (TextPart("Be brief."),)
+    assert msgs[1].content == (TextPart("Look:"), ImagePart("http://x/i.png"))
+    assert msgs[2].tool_calls == (ToolCall("call_1", "get_weather", '{"city":"Paris"}'),)
+    assert msgs[2].reasoning == "think" and msgs[4].reasoning == "alias field"
+    assert msgs[3].tool_call_id == "call_1" and msgs[3].text == "sunny"
+    assert [t.name for t in got.conversation.tools] == ["get_weather"]
+
+
+def test_generation_params() -> None:
+    got = _ingest(max_tokens=10, max_completion_tokens=20, stop="END", temperature=0.2, top_p=0.5,
+                  seed=7, reasoning_effort="minimal", logprobs=True, top_logprobs=3, stream=True,
+                  stream_options={"include_usage": True})
+    p = got.params
+    assert (p.max_tokens, p.stop, p.temperature, p.top_p, p.seed) == (20, ("END",), 0.2, 0.5, 7)
+    assert (p.reasoning_effort, p.logprobs, p.top_logprobs) == ("low", True, 3)
+    assert got.stream and got.include_usage
+
+
+@pytest.mark.parametrize(("choice", "expected"), [
+    (None, ToolChoice("auto")),
+    ("auto", ToolChoice("auto")),
+    ("none", ToolChoice("none")),
+    ("required", ToolChoice("required")),
+    ({"type": "function", "function": {"name": "get_weather"}}, ToolChoice("required", ("get_weather",))),
+])
+def test_tool_choice(choice: Any, expected: ToolChoice) -> None:
+    body: dict[str, Any] = {"tools": [TOOL]}
+    if choice is not None:
+        body["tool_choice"] = choice
+    assert _ingest(**body).params.tool_choice == expected
+
+
+def test_response_formats() -> None:
+    got = _ingest(response_format={"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": {"type": "object"}, "strict": True}})
+    rf = got.conversation.response_format
+    assert rf is not None and (rf.name, rf.schema, rf.strict) == ("answer", {"type": "object"}, True)
+    assert _ingest(response_format={"type": "text"}).conversation.response_format is None
+    assert _ingest(response_format={"type": "json_object"}).conversation.response_format is not None
+    with pytest.raises(InvalidRequest):
+        _ingest(response_format={"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}})
+
+
+@pytest.mark.parametrize("bad_id", ["call 1", "x<|end|>", ""])
+def test_tool_call_ids_are_checked(bad_id: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        _ingest(messages=[{"role": "assistant", "tool_calls": [
+            {"id": bad_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}])
+    assert info.value.param == "messages[0].tool_calls[0].id"
+
+
+def test_duplicate_tool_names_rejected() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        _ingest(tools=[TOOL, TOOL])
+    assert info.value.param == "tools[1].function.name"

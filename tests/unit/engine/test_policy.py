@@ -1,0 +1,60 @@
+"""Stop strings on the answer text: split anywhere, and logprobs stay with their tokens."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core import events as ev
+from app.core.output import TokenLogprob
+from app.engine.policy import StopSequences
+
+
+def _delta(text: str) -> ev.TextDelta:
+    return ev.TextDelta(text, (TokenLogprob(text, -float(len(text))),))
+
+
+def _run(pieces: list[str], stops: tuple[str, ...]) -> tuple[list[ev.TextDelta], bool]:
+    policy = StopSequences(stops)
+    out: list[ev.Event] = []
+    for p in pieces:
+        out += policy.feed(_delta(p))
+        if policy.matched:
+            break
+    else:
+        out += policy.flush()
+    return [e for e in out if isinstance(e, ev.TextDelta)], policy.matched
+
+
+def test_logprobs_stay_with_their_tokens() -> None:
+    out, matched = _run(["a", "b", "c", "d"], ("c",))
+    assert matched and [d.text for d in out] == ["a", "b"]
+    assert [[lp.token for lp in d.logprobs or ()] for d in out] == [["a"], ["b"]]
+
+
+def test_flush_keeps_logprobs() -> None:
+    out, matched = _run(["x", "y"], ("zzz",))
+    assert not matched and [d.text for d in out] == ["x", "y"]
+    assert all(d.logprobs and d.logprobs[0].token == d.text for d in out)
+
+
+def test_a_cut_delta_keeps_only_the_tokens_before_the_cut() -> None:
+    policy = StopSequences(("STOP",))
+    two = ev.TextDelta("okSTOP", (TokenLogprob("ok", -1.0), TokenLogprob("STOP", -2.0)))
+    out = policy.feed(two)
+    assert policy.matched and out == [ev.TextDelta("ok", (TokenLogprob("ok", -1.0),))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="abcS", min_size=1, max_size=4), max_size=12),
+       st.lists(st.text(alphabet="abcS", min_size=1, max_size=3), min_size=1, max_size=3))
+def test_output_is_the_text_before_the_first_completed_stop(pieces: list[str], stops: list[str]) -> None:
+    text = "".join(pieces)
+    # the stop string completed first wins (ties: the one starting first), however it is chunked
+    ends = [(i + len(s), i) for s in stops if (i := text.find(s)) >= 0]
+    out, matched = _run(pieces, tuple(stops))
+    emitted = "".join(d.text for d in out)
+    assert matched == bool(ends)
+    assert emitted == (text[:min(ends)[1]] if ends else text)
+    for d in out:  # every token's logprob is on the delta that carries its text
+        assert all(lp.token in d.text or d.text in lp.token for lp in d.logprobs or ())
