@@ -7,13 +7,13 @@ text → ``content`` (both are user-visible by design); tool calls → ``tool_ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from app.api.chat.fold import Folded
+from app.api.logprobs import logprobs_content
 from app.core import events as ev
 from app.core.errors import error_body
-from app.core.output import TokenLogprob, Usage
+from app.core.output import Usage
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:
@@ -24,22 +24,6 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
-
-
-def logprobs_content(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-    return [
-        {
-            "token": lp.token,
-            "logprob": lp.logprob,
-            "bytes": list(lp.bytes) if lp.bytes is not None else list(lp.token.encode()),
-            "top_logprobs": [
-                {"token": t.token, "logprob": t.logprob,
-                 "bytes": list(t.bytes) if t.bytes is not None else list(t.token.encode())}
-                for t in lp.top
-            ],
-        }
-        for lp in items
-    ]
 
 
 class ChatEncoder:

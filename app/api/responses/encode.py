@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.chat.encode import logprobs_content
+from app.api.logprobs import logprobs_content
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
