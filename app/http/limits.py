@@ -35,11 +35,17 @@ class _Usage:
     tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
     in_flight: int = 0
 
+    token_total: int = 0  # the sum over ``tokens``, kept as they come and go
+
     def prune(self, now: float) -> None:
         while self.requests and self.requests[0] <= now - WINDOW:
             self.requests.popleft()
         while self.tokens and self.tokens[0][0] <= now - WINDOW:
-            self.tokens.popleft()
+            self.token_total -= self.tokens.popleft()[1]
+
+    def add_tokens(self, now: float, n: int) -> None:
+        self.tokens.append((now, n))
+        self.token_total += n
 
 
 class LimitsMiddleware:
@@ -109,8 +115,7 @@ class LimitsMiddleware:
             await self._reject(scope, receive, send, 429, f"Rate limit: {rpm} requests per minute.",
                                "rate_limit_exceeded", usage.requests[0] + WINDOW - now)
             return
-        used = sum(n for _, n in usage.tokens)
-        if tpm is not None and used >= tpm:
+        if tpm is not None and usage.token_total >= tpm:
             await self._reject(scope, receive, send, 429, f"Rate limit: {tpm} tokens per minute.",
                                "rate_limit_exceeded", usage.tokens[0][0] + WINDOW - now)
             return
@@ -127,7 +132,7 @@ class LimitsMiddleware:
             usage.in_flight -= 1
             stats = metrics.current()
             if stats is not None and stats.tokens:
-                usage.tokens.append((time.monotonic(), stats.tokens))
+                usage.add_tokens(time.monotonic(), stats.tokens)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
