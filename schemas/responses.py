@@ -185,6 +185,10 @@ class StreamOptions(_Wire):
 
 
 class CreateResponseBody(_Wire):
+    # A field this gateway does not implement (``conversation``, ``prompt``, ...) is refused
+    # by name, never silently ignored.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     model: str
     input: str | list[InputItem] | None = None
     instructions: str | None = None

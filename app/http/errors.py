@@ -37,6 +37,9 @@ def _validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
     msg = str(first.get("msg", "Invalid request."))
     if first.get("type") == "missing":
         return (f"Missing required parameter: {param!r}.", param, "missing_required_parameter")
+    if first.get("type") == "extra_forbidden":
+        return (f"Unrecognized request argument supplied: {param!r} (this gateway does not "
+                "implement it).", param, "unknown_parameter")
     where = f" for {param!r}" if param else ""
     return (f"Invalid value{where}: {msg}", param, "invalid_value")
 

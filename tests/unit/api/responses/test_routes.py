@@ -341,3 +341,16 @@ async def test_both_apis_refuse_the_same_names_and_ids_alike(chat: dict[str, Any
     assert (r1.status_code, r1.json()["error"]["code"]) == (400, code), r1.text
     assert (r2.status_code, r2.json()["error"]["code"]) == (400, code), r2.text
     assert replay.requests == []
+
+
+@pytest.mark.parametrize("field", [{"conversation": "conv_123"}, {"prompt": {"id": "pmpt_1"}},
+                                   {"no_such_thing": 1}])
+async def test_fields_the_gateway_does_not_implement_are_refused_by_name(field: dict[str, Any]) -> None:
+    replay = Replay("03a_completion_tokenids_stream")
+    async with gateway(replay.transport()) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x", **field})
+    assert r.status_code == 400, r.text
+    validate_error_body(r.json())
+    (name,) = field
+    assert r.json()["error"]["param"] == name and r.json()["error"]["code"] == "unknown_parameter"
+    assert replay.requests == []
