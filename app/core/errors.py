@@ -111,6 +111,16 @@ class Overloaded(GatewayError):
         self.retry_after = retry_after
 
 
+class ToolNotAllowed(GatewayError):
+    """The model called a function the request did not offer or allow (``tool_choice``). The
+    request's own constraint refused it: not a 5xx, which SDKs retry (three identical
+    requests for one deterministic refusal)."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "tool_not_allowed"
+
+
 class ModelOutputError(GatewayError):
     """The model produced output the gateway must not pass on (truncated, bad call)."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.core import events as ev
 from app.core.output import TokenLogprob, Usage
+from app.core.errors import ToolNotAllowed, to_event
 from app.engine.schema_check import arguments_problem
 
 
@@ -101,11 +102,9 @@ class ToolGuard:
         if event.name in self._allowed:
             return None
         offered = ", ".join(sorted(self._allowed)) or "none"
-        return ev.Error(
+        return to_event(ToolNotAllowed(
             f"The model tried to call function {event.name!r}, which this request does not "
-            f"allow (allowed: {offered}). The call was not returned.",
-            code="tool_not_allowed",
-        )
+            f"allow (allowed: {offered}). The call was not returned."))
 
     def check_arguments(self, event: ev.ToolCallDone) -> ev.Error | None:
         if event.name not in self._strict:

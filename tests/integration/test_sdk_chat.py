@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -107,10 +108,13 @@ def test_forced_tool_choice(client: OpenAI, tool_choice: Any) -> None:
 
 def test_tool_choice_none_never_returns_a_call(client: OpenAI) -> None:
     # tools are left out of the prompt; this model calls anyway, and the gateway refuses to pass it on.
+    sent: list[httpx.Request] = []
+    client = client.with_options(http_client=httpx.Client(event_hooks={"request": [sent.append]}))
     with pytest.raises(openai.APIStatusError) as info:
         client.chat.completions.create(model="scripted-tool", messages=ASK, tools=[WEATHER],  # type: ignore[arg-type,list-item]
                                        tool_choice="none")
-    assert info.value.status_code == 502
+    assert info.value.status_code == 422  # a 4xx: the SDK does not retry a deterministic refusal
+    assert len(sent) == 1
     assert info.value.body["code"] == "tool_not_allowed"  # type: ignore[index]
 
 

@@ -27,12 +27,17 @@ def test_every_error_class_round_trips_through_the_event(cls: type[errors.Gatewa
 
 @pytest.mark.parametrize(("code", "type_", "status"), [
     ("invalid_model_output", "server_error", 502),   # parser / policy codes: the model failed
-    ("tool_not_allowed", "server_error", 502),
+    ("invalid_tool_arguments", "server_error", 502),
     ("something_new", "invalid_request_error", 400),
     ("something_new", "rate_limit_error", 429),
 ])
 def test_codes_without_a_class_get_the_status_of_their_type(code: str, type_: str, status: int) -> None:
     assert errors.from_event(ev.Error("m", code=code, type=type_)).status == status
+
+
+def test_a_refusal_the_request_caused_is_not_a_retryable_5xx() -> None:
+    exc = errors.from_event(errors.to_event(errors.ToolNotAllowed("no")))
+    assert exc.status == 422 and exc.code == "tool_not_allowed"  # SDKs retry 408/409/429/5xx only
 
 
 def test_client_disconnected_is_known_to_the_mapping() -> None:

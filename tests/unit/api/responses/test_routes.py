@@ -145,7 +145,7 @@ async def test_allowed_tools_is_a_hard_constraint(stream: bool) -> None:
                                                 "tools": [WEATHER, OTHER], "tool_choice": choice})
     assert "type get_weather" in _prompt_text(tool)  # every tool stays visible to the model
     if not stream:
-        assert r.status_code == 502
+        assert r.status_code == 422
         validate_error_body(r.json())
         assert r.json()["error"]["code"] == "tool_not_allowed"
         return
