@@ -1,7 +1,7 @@
 # Shortcuts; every target runs with the project's .venv (created by `make test`).
 PY := .venv/bin/python
 
-.PHONY: test smoke ci load bench
+.PHONY: test smoke ci load bench bench-overhead
 
 test:            ## ruff, mypy --strict and the whole suite (what README documents)
 	./scripts/test.sh
@@ -18,3 +18,8 @@ load:            ## full-size load: 1,000 and 5,000 concurrent streams (docs/rel
 bench:           ## per-token hot-path benchmarks (benchmarks/RESULTS.md)
 	$(PY) -m benchmarks.bench_stream_path
 	$(PY) -m benchmarks.bench_text_parsers
+
+bench-overhead:  ## gateway overhead over a fake upstream: markdown tables + every number as JSON
+	mkdir -p benchmarks/results
+	$(PY) -m benchmarks.overhead --json benchmarks/results/overhead.json > benchmarks/results/overhead.md
+	@echo "wrote benchmarks/results/overhead.md and benchmarks/results/overhead.json"

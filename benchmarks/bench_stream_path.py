@@ -12,10 +12,10 @@ import time
 import orjson
 
 from adapters.llamacpp import event_to_chunk
-from app.encode.chat import ChatEncoder
-from app.encode.sse import data_event
-from app.parse.harmony import HarmonyEventParser
-from app.vocab import harmony_encoding
+from app.api.chat.encode import ChatEncoder
+from app.formats.harmony.parse import HarmonyEventParser
+from app.formats.harmony.vocab import harmony_encoding
+from app.http.sse import data_event
 
 
 def main() -> None:

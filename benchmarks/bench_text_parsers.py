@@ -3,7 +3,7 @@
 The same long answer (2000-word reasoning + 2000-word answer) streamed one token's text
 at a time through: the OpenChatML decoder (Harmony markers as text), and the chat-template
 decoder for Qwen3-Coder-style ``<think>`` output (DeepSeek-V3.1's template), each wrapped
-in :class:`app.parse.text.TextEventParser`, then encoded as Chat Completions SSE bytes.
+in :class:`app.formats.parsing.text.TextEventParser`, then encoded as Chat Completions SSE bytes.
 Run: ``python -m benchmarks.bench_text_parsers`` (results: benchmarks/RESULTS.md).
 """
 
@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.encode.chat import ChatEncoder
-from app.encode.sse import data_event
-from app.model import Chunk, Finish
-from app.parse.base import TextDecoder
-from app.parse.openchatml import OpenChatMLDecoder
-from app.parse.template import template_decoder
-from app.parse.text import TextEventParser
-from app.vocab import harmony_encoding
+from app.api.chat.encode import ChatEncoder
+from app.core.output import Chunk, Finish
+from app.formats.harmony.vocab import harmony_encoding
+from app.formats.openchatml.parse import OpenChatMLDecoder
+from app.formats.parsing.base import TextDecoder
+from app.formats.parsing.text import TextEventParser
+from app.formats.template.parse import template_decoder
+from app.http.sse import data_event
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "templates"
 

@@ -9,7 +9,9 @@ from typing import Any
 from app.core.output import TokenLogprob
 
 
-def logprobs_content(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+def logprobs_content(items: Sequence[TokenLogprob], top: int) -> list[dict[str, Any]]:
+    """``top``: how many alternatives the client asked for (a backend may send more, e.g. vLLM
+    sends one for ``logprobs`` without ``top_logprobs``; OpenAI then lists none)."""
     return [
         {
             "token": lp.token,
@@ -18,7 +20,7 @@ def logprobs_content(items: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
             "top_logprobs": [
                 {"token": t.token, "logprob": t.logprob,
                  "bytes": list(t.bytes) if t.bytes is not None else list(t.token.encode())}
-                for t in lp.top
+                for t in lp.top[:top]
             ],
         }
         for lp in items

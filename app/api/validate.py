@@ -5,12 +5,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.core.conversation import ReasoningEffort
 from app.core.errors import InvalidRequest
 
 # OpenAI's rule for function names; it also guarantees that a name can never carry
 # whitespace, '<|', or anything else that could alter a Harmony / OpenChatML header.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CALL_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+_EFFORT: dict[str, ReasoningEffort] = {"none": "low", "minimal": "low", "low": "low",
+                                      "medium": "medium", "high": "high", "xhigh": "high"}
+
+
+def reasoning_effort(value: str | None) -> ReasoningEffort | None:
+    """OpenAI's effort levels on the three a model here has (both APIs accept the same six)."""
+    return _EFFORT[value] if value is not None else None
 
 
 def check_function_name(name: str, param: str) -> str:

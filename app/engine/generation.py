@@ -25,7 +25,7 @@ from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest,
 from app.core.output import Chunk
 from app.core.prompt import Prompt
 from app.engine.admission import Admission
-from app.engine.policy import StopSequences, ToolGuard
+from app.engine.policy import OneCall, StopSequences, ToolGuard
 from app.formats.catalog import HarmonyFormat, PromptFormat
 from app.formats.parsing.base import EventParser
 
@@ -173,6 +173,7 @@ class EventStream:
         self._parser = parser
         self._stops = StopSequences(params.stop)
         self._guard = ToolGuard(allowed_tools, strict_tools)
+        self._one_call = OneCall(params.parallel_tool_calls)
         self._iter = self._run()
         self._model = model
         self._upstream = upstream_seconds  # time spent awaiting the backend so far
@@ -250,6 +251,8 @@ class EventStream:
                 if isinstance(event, (ev.PartDone, ev.Finished)):
                     for out in self._stops.flush():
                         yield out
+                if not self._one_call.keep(event):
+                    continue
                 if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):
                     error = (self._guard.check(event) if isinstance(event, ev.ToolCallStarted)
                              else self._guard.check_arguments(event))

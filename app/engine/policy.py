@@ -4,6 +4,7 @@
   answer text only* (never to reasoning or to the Harmony header bytes, which a
   backend-side stop string would match).  Text is held back while it could be the
   start of a stop string; on a match the answer ends with ``finish_reason: stop``.
+* :class:`OneCall` — with ``parallel_tool_calls: false``, calls after the first are dropped.
 * :class:`ToolGuard` — a tool call to a function that was not offered (or not
   allowed by ``tool_choice``) is never passed on; the answer ends with an error. So does a
   call to a ``strict`` function whose arguments do not match its schema.
@@ -14,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.core import events as ev
-from app.core.output import TokenLogprob, Usage
 from app.core.errors import ToolNotAllowed, to_event
+from app.core.output import TokenLogprob, Usage
 from app.engine.schema_check import arguments_problem
 
 
@@ -114,6 +115,25 @@ class ToolGuard:
             return None
         return ev.Error(f"The model's call to the strict function {event.name!r} does not match "
                         f"its parameters schema: {problem}.", code="invalid_tool_arguments")
+
+
+class OneCall:
+    """``parallel_tool_calls: false``: an answer carries at most one call; the calls a backend
+    makes after it anyway (chat-mode servers that ignore the flag) are not passed on."""
+
+    _CALL_EVENTS = (ev.ToolCallStarted, ev.ToolCallArgumentsDelta, ev.ToolCallDone)
+
+    def __init__(self, parallel: bool) -> None:
+        self._active = not parallel
+        self._had_one = False
+
+    def keep(self, event: ev.Event) -> bool:
+        if not self._active or not isinstance(event, self._CALL_EVENTS):
+            return True
+        if self._had_one:
+            return False
+        self._had_one = isinstance(event, ev.ToolCallDone)
+        return True
 
 
 def stop_finish(usage: Usage) -> list[ev.Event]:

@@ -32,12 +32,13 @@ class ChatEncoder:
     ``chat.completion`` the same stream amounts to."""
 
     def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
-                 logprobs: bool, stream: bool = True) -> None:
+                 logprobs: bool, top_logprobs: int = 0, stream: bool = True) -> None:
         self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
                       "model": model}
         self._ids = (response_id, model, created)
         self._include_usage = include_usage
         self._logprobs = logprobs
+        self._top = top_logprobs
         self._stream = stream
         self.folded = Folded()
         self.terminal = False
@@ -64,7 +65,7 @@ class ChatEncoder:
         return []
 
     def result(self) -> dict[str, Any]:
-        return completion_body(self.folded, *self._ids, logprobs=self._logprobs)
+        return completion_body(self.folded, *self._ids, logprobs=self._logprobs, top=self._top)
 
     def _chunks(self, event: ev.Event) -> list[dict[str, Any]]:
         if isinstance(event, ev.ReasoningDelta):
@@ -74,7 +75,7 @@ class ChatEncoder:
         if isinstance(event, ev.TextDelta):
             lp = None
             if self._logprobs:
-                lp = {"content": logprobs_content(event.logprobs or ())}
+                lp = {"content": logprobs_content(event.logprobs or (), self._top)}
             return [self._chunk({"content": event.text}, logprobs=lp)]
         if isinstance(event, ev.ToolCallStarted):
             return [self._chunk({"tool_calls": [{
@@ -94,7 +95,7 @@ class ChatEncoder:
 
 
 def completion_body(folded: Folded, response_id: str, model: str, created: int, *,
-                    logprobs: bool) -> dict[str, Any]:
+                    logprobs: bool, top: int = 0) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": folded.content or None}
     if folded.reasoning:
         message["reasoning_content"] = folded.reasoning
@@ -107,7 +108,7 @@ def completion_body(folded: Folded, response_id: str, model: str, created: int, 
     choice = {
         "index": 0,
         "message": message,
-        "logprobs": {"content": logprobs_content(folded.logprobs)} if logprobs else None,
+        "logprobs": {"content": logprobs_content(folded.logprobs, top)} if logprobs else None,
         "finish_reason": folded.finish_reason,
     }
     return {"id": response_id, "object": "chat.completion", "created": created, "model": model,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.api.validate import check_call_id, check_function_name, check_json_schema
+from app.api.validate import check_call_id, check_function_name, check_json_schema, reasoning_effort
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -12,7 +12,6 @@ from app.core.conversation import (
     GenerationParams,
     ImagePart,
     Message,
-    ReasoningEffort,
     ResponseFormat,
     TextPart,
     ToolCall,
@@ -120,15 +119,6 @@ def _response_format(req: wire.ChatCompletionRequest) -> ResponseFormat | None:
                           rf.json_schema.description, rf.json_schema.strict)
 
 
-def _effort(value: str | None) -> ReasoningEffort | None:
-    if value is None:
-        return None
-    if value == "minimal":
-        return "low"
-    assert value in ("low", "medium", "high")
-    return value  # type: ignore[return-value]
-
-
 def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
     if req.logit_bias:
         raise InvalidRequest("logit_bias is not supported by this gateway.", param="logit_bias")
@@ -160,7 +150,7 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
         logprobs=req.logprobs,
         top_logprobs=req.top_logprobs or 0,
         n=req.n,
-        reasoning_effort=_effort(req.reasoning_effort),
+        reasoning_effort=reasoning_effort(req.reasoning_effort),
         tool_choice=_tool_choice(req, tools),
         parallel_tool_calls=req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
     )

@@ -31,7 +31,8 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
 
     def encoder(plan: Plan) -> ChatEncoder:
         return ChatEncoder(response_id, ingest.model, created, include_usage=ingest.include_usage,
-                           logprobs=plan.params.logprobs, stream=ingest.stream)
+                           logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
+                           stream=ingest.stream)
 
     # Until the first upstream event nothing has been sent: a client that leaves cancels it.
     run = await cancel_on_disconnect(request, engine.start(

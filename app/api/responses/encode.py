@@ -165,7 +165,8 @@ class ResponsesEncoder:
         if isinstance(event, ev.PreambleDelta):
             return self._open_item("preamble") + self._delta(event.text)
         if isinstance(event, ev.TextDelta):
-            lps = logprobs_content(event.logprobs) if event.logprobs else None
+            top = int(self._resource.get("top_logprobs") or 0)
+            lps = logprobs_content(event.logprobs, top) if event.logprobs else None
             return self._open_item("text") + self._delta(event.text, lps)
         if isinstance(event, ev.PartDone):
             return self._close("completed")

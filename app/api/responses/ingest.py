@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from app.api.validate import check_call_id, check_function_name, check_json_schema
+from app.api.validate import check_call_id, check_function_name, check_json_schema, reasoning_effort
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -22,7 +22,6 @@ from app.core.conversation import (
     GenerationParams,
     ImagePart,
     Message,
-    ReasoningEffort,
     ResponseFormat,
     TextPart,
     ToolCall,
@@ -33,8 +32,6 @@ from app.core.ids import random_id
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
-_EFFORT: dict[str, ReasoningEffort] = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
-                                      "high": "high", "xhigh": "high"}
 _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
 
 
@@ -210,7 +207,7 @@ def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
         presence_penalty=body.presence_penalty,
         logprobs=top > 0 or "message.output_text.logprobs" in (body.include or []),
         top_logprobs=top,
-        reasoning_effort=_EFFORT[body.reasoning.effort] if body.reasoning and body.reasoning.effort else None,
+        reasoning_effort=reasoning_effort(body.reasoning.effort if body.reasoning else None),
         tool_choice=_tool_choice(body, tools),
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
     )

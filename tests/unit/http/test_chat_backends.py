@@ -186,3 +186,25 @@ async def test_n_above_one_is_refused() -> None:
             r = await c.post("/v1/chat/completions", json={
                 "model": MODEL, "n": 2, "messages": [{"role": "user", "content": "Hi!"}]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("parallel", [True, False])
+async def test_parallel_tool_calls_false_returns_one_call(backend: str, parallel: bool) -> None:
+    # Ollama ignores the flag and sends two calls; the gateway passes on only the first.
+    script = Script([("call", "call_a", "get_weather", '{"city":"Paris"}'),
+                     ("call", "call_b", "get_weather", '{"city":"Oslo"}')])
+    fake = FakeChat(script, backend)
+    async with gateway(fake.transport(), _cfg(backend)) as c:
+        r = await c.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [WEATHER_CHAT], "parallel_tool_calls": parallel})
+        s = await c.post("/v1/responses", json={"model": MODEL, "input": "Weather?", "stream": True,
+                                                "tools": [WEATHER_RESP], "parallel_tool_calls": parallel})
+    calls = r.json()["choices"][0]["message"]["tool_calls"]
+    assert [call["id"] for call in calls] == (["call_a", "call_b"] if parallel else ["call_a"])
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    events, _ = _sse(s.text)
+    check_stream(events)
+    output = events[-1]["response"]["output"]
+    assert [item["call_id"] for item in output] == (["call_a", "call_b"] if parallel else ["call_a"])

@@ -91,3 +91,21 @@ def test_error_event_is_an_openai_error_object() -> None:
     assert payload == {"error": {"message": "backend died", "type": "server_error", "param": None,
                                  "code": "upstream_error"}}
     assert enc.terminal and enc.encode(ev.Finished("stop", Usage())) == []  # one terminal only
+
+
+def test_alternatives_are_cut_to_what_the_client_asked_for() -> None:
+    from app.api.responses.encode import ResponsesEncoder
+    from app.core.output import TokenLogprob, TopLogprob
+
+    # vLLM sends one alternative for ``logprobs`` without ``top_logprobs``; OpenAI lists none.
+    alternatives = (TopLogprob("Hi", -0.1), TopLogprob("Yo", -3.0))
+    delta = ev.TextDelta("Hi", (TokenLogprob("Hi", -0.1, top=alternatives),))
+    for top in (0, 1, 2):
+        enc = ChatEncoder("c", "m", 1, include_usage=False, logprobs=True, top_logprobs=top)
+        [chunk] = enc.encode(delta)
+        assert len(chunk["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == top
+        body = enc.result()
+        assert len(body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == top
+        responses = ResponsesEncoder({"id": "r", "output": [], "status": "in_progress", "top_logprobs": top})
+        events = responses.encode(delta)
+        assert len(events[-1]["logprobs"][0]["top_logprobs"]) == top

@@ -88,3 +88,16 @@ def test_duplicate_tool_names_rejected() -> None:
     with pytest.raises(InvalidRequest) as info:
         _ingest(tools=[TOOL, TOOL])
     assert info.value.param == "tools[1].function.name"
+
+
+@pytest.mark.parametrize(("given", "runs_at"), [
+    ("none", "low"), ("minimal", "low"), ("low", "low"), ("medium", "medium"), ("high", "high"),
+    ("xhigh", "high"), (None, None)])
+def test_reasoning_effort_maps_like_the_responses_api(given: str | None, runs_at: str | None) -> None:
+    from app.api.responses.ingest import generation_params
+    from schemas.responses import CreateResponseBody
+
+    chat = _ingest(reasoning_effort=given).params.reasoning_effort
+    body = {"model": "m", "input": "x"} | ({"reasoning": {"effort": given}} if given else {})
+    responses = generation_params(CreateResponseBody.model_validate(body)).reasoning_effort
+    assert chat == responses == runs_at

@@ -1,0 +1,182 @@
+"""The overhead benchmark's subprocesses: the fake upstream and one gateway per source tree.
+
+Each runs with its tree's code (``cwd`` and ``PYTHONPATH``); the gateway is started through the
+tree's ``ocm-gateway`` entry point and reports where ``app`` and ``adapters`` came from, which
+must be that tree. Also the CPU time of a process, read from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from benchmarks.overhead.targets import CHAT_MODEL, HARMONY_MODEL, UPSTREAM_CHAT_MODEL
+from benchmarks.overhead.trees import ROOT, Tree, tree_env
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@dataclass
+class Fake:
+    process: subprocess.Popen[bytes]
+    urls: dict[str, str]
+    answer: str
+
+
+# ``python -c FAKE_LAUNCHER ROOT ARGS...``: the fake's command line with ARGS, ``benchmarks``
+# imported from ROOT (this checkout) and ``app`` (its Harmony encoding) from the tree in ``cwd``
+# and ``PYTHONPATH``, which may be another checkout.
+FAKE_LAUNCHER = """\
+import sys
+sys.path.insert(0, sys.argv.pop(1))
+from benchmarks.overhead.fake.__main__ import main
+del sys.path[0]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@contextlib.contextmanager
+def start_fake(tokens: int, ttft: float, gap: float, tree: Tree) -> Iterator[Fake]:
+    """The fake (``benchmarks.overhead.fake`` of this checkout) with ``tree``'s Harmony encoding."""
+    cmd = [sys.executable, "-c", FAKE_LAUNCHER, str(ROOT), "--tokens", str(tokens),
+           "--ttft", str(ttft), "--gap", str(gap), "--chat-model", UPSTREAM_CHAT_MODEL]
+    proc = subprocess.Popen(cmd, cwd=tree.path, env=tree_env(tree), stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"fake upstream exited with {proc.wait()}")
+        info = json.loads(line)
+        yield Fake(proc, {k: info[k] for k in ("llamacpp", "openai", "control")}, info["answer"])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def gateway_config(port: int, fake: Fake) -> str:
+    return f"""\
+# written by python -m benchmarks.overhead
+host = "127.0.0.1"
+port = {port}
+
+[store]
+path = ":memory:"
+
+[models."{HARMONY_MODEL}"]
+backend = "llamacpp"
+base_urls = ["{fake.urls['llamacpp']}"]
+prompt_format = "harmony"
+context_window = 8192
+
+[models."{HARMONY_MODEL}".harmony]
+current_date = "2026-11-22"
+
+[models."{CHAT_MODEL}"]
+backend = "openai"
+base_urls = ["{fake.urls['openai']}"]
+upstream_model = "{UPSTREAM_CHAT_MODEL}"
+context_window = 8192
+"""
+
+
+@dataclass
+class Gateway:
+    tree: Tree
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+    config: str
+    imported: dict[str, str]  # top-level package -> the file it was imported from
+
+
+# ``python -c LAUNCHER MODULE:FUNCTION ARGS...``: the tree's ``ocm-gateway`` entry point with
+# ARGS, first saying where its packages come from.
+LAUNCHER = """\
+import importlib, json, sys
+import adapters, app
+module, _, function = sys.argv.pop(1).partition(":")
+main = getattr(importlib.import_module(module), function)
+print("ocm-overhead-imports " + json.dumps({"app": app.__file__, "adapters": adapters.__file__}),
+      file=sys.stderr, flush=True)
+sys.exit(main(sys.argv[1:]))
+"""
+IMPORTS_MARK = "ocm-overhead-imports "
+
+
+def imported_from(log_path: Path, tree: Tree) -> dict[str, str]:
+    """The launcher's report of where ``app`` and ``adapters`` came from; both must be in ``tree``."""
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith(IMPORTS_MARK):
+            files: dict[str, str] = json.loads(line[len(IMPORTS_MARK):])
+            root = tree.path.resolve()
+            wrong = {k: v for k, v in files.items() if root not in Path(v).resolve().parents}
+            if wrong:
+                raise RuntimeError(f"gateway {tree.label!r} imported {wrong}, not from {root}")
+            return files
+    raise RuntimeError(f"gateway {tree.label!r} did not report its imports:\n{log_tail(log_path)}")
+
+
+@contextlib.contextmanager
+def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iterator[Gateway]:
+    """``ocm-gateway serve`` from ``tree`` (cwd and ``PYTHONPATH``), config and log in ``workdir``."""
+    port = free_port()
+    config = gateway_config(port, fake)
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg_path = workdir / "gateway.toml"
+    cfg_path.write_text(config)
+    log_path = workdir / "gateway.log"
+    cmd = [sys.executable, "-c", LAUNCHER, tree.entry, "serve", "--config", str(cfg_path),
+           "--log-level", log_level]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=tree.path, env=tree_env(tree), stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log_tail(log_path)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gateway not ready after 60 s:\n{log_tail(log_path)}")
+            time.sleep(0.1)
+        yield Gateway(tree, proc, url, log_path, config, imported_from(log_path, tree))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:]

@@ -1,0 +1,87 @@
+"""What the overhead benchmark measures: the targets, their requests and baselines, and one
+measured phase's numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+HARMONY_MODEL = "gpt-oss-bench"
+CHAT_MODEL = "chat-bench"
+UPSTREAM_CHAT_MODEL = "tiny"
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+# fake upstream counters diffed per phase: TCP connections accepted, requests served, and answers
+# built from scratch (a request body the fake had not seen: the gateway sent something new)
+UPSTREAM_COUNTERS = ("connections", "requests", "built")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes (``server``: ``gateway`` or one of the fake's dialects), what it
+    asks, and which direct target is its baseline (the upstream request the gateway makes for it:
+    same dialect, same number of generated tokens, so TTFT and gaps cancel out)."""
+
+    name: str
+    label: str
+    server: str  # "gateway", "openai" or "llamacpp"
+    model: str
+    stream: bool
+    upstream: str  # the fake's dialect this target ends up at
+    baseline: str | None = None
+
+    def body(self, prompt_ids: list[int]) -> bytes:
+        """The request; ``prompt_ids``: the Harmony prompt as the gateway renders it (for the
+        direct llama.cpp target)."""
+        if self.server == "llamacpp":  # what the gateway's llama.cpp adapter sends
+            return orjson.dumps({"prompt": prompt_ids, "stream": True, "return_tokens": True,
+                                 "cache_prompt": True, "n_predict": -1})
+        payload: dict[str, Any] = {"model": self.model, "messages": MESSAGES}
+        if self.stream:
+            payload["stream"] = True
+        return orjson.dumps(payload)
+
+    @property
+    def path(self) -> str:
+        return "/completion" if self.server == "llamacpp" else "/v1/chat/completions"
+
+
+HARMONY_PROMPT = f"<|start|>user<|message|>{MESSAGES[0]['content']}<|end|><|start|>assistant"
+
+
+TARGETS = (
+    Target("direct", "direct to fake: OpenAI chat, non-stream", "openai", UPSTREAM_CHAT_MODEL,
+           False, "openai"),
+    Target("direct_llamacpp", "direct to fake: llama.cpp /completion, stream", "llamacpp", "",
+           True, "llamacpp"),
+    Target("harmony", "gateway → llama.cpp, Harmony, non-stream", "gateway", HARMONY_MODEL, False,
+           "llamacpp", "direct_llamacpp"),
+    Target("harmony_stream", "gateway → llama.cpp, Harmony, stream", "gateway", HARMONY_MODEL, True,
+           "llamacpp", "direct_llamacpp"),
+    Target("passthrough", "gateway → OpenAI passthrough, non-stream", "gateway", CHAT_MODEL, False,
+           "openai", "direct"),
+)
+
+
+@dataclass
+class Phase:
+    """One measurement of one target in one round."""
+
+    target: str
+    round: int
+    kind: str  # "latency" (concurrency 1) or "throughput"
+    concurrency: int
+    tree: str | None = None  # the gateway's source tree (None: a direct target)
+    ok: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    wall_s: float = 0.0
+    rps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    mean_ms: float = 0.0
+    first_byte_p50_ms: float = 0.0
+    cpu_us_per_req: dict[str, float] = field(default_factory=dict)
+    upstream: dict[str, dict[str, int]] = field(default_factory=dict)
+

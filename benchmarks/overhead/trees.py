@@ -1,0 +1,62 @@
+"""Gateway source trees (``--tree LABEL=PATH``): their entry point, environment and commit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # this checkout (the default tree)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A source tree to run the gateway from, and its ``ocm-gateway`` entry point
+    (``module:function``, from the tree's ``pyproject.toml``: the layout changes between trees)."""
+
+    label: str
+    path: Path
+    entry: str
+
+    @classmethod
+    def at(cls, label: str, path: Path) -> Tree:
+        pyproject = path / "pyproject.toml"
+        try:
+            entry = tomllib.loads(pyproject.read_text())["project"]["scripts"]["ocm-gateway"]
+        except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"no ocm-gateway entry point in {pyproject} ({exc!r})") from exc
+        return cls(label, path, str(entry))
+
+
+def tree_env(tree: Tree) -> dict[str, str]:
+    """The environment of a process running ``tree``'s code: no gateway settings of ours, and
+    ``tree`` first on the import path (ahead of the venv's editable install, if any)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
+    env["PYTHONPATH"] = str(tree.path)
+    return env
+
+
+def git_commit(path: Path) -> str:
+    """The short commit of the tree at ``path``, ``+dirty`` when its app/ or adapters/ differ."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "app", "adapters"], cwd=path,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def parse_tree(value: str) -> Tree:
+    """``--tree LABEL=PATH``: a gateway source tree (with an ``ocm-gateway`` entry point)."""
+    label, sep, path = value.partition("=")
+    if not sep or not label or not path:
+        raise argparse.ArgumentTypeError(f"expected LABEL=PATH, got {value!r}")
+    try:
+        return Tree.at(label, Path(path).expanduser().resolve())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
