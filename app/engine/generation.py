@@ -1,11 +1,10 @@
-"""The one pipeline both APIs share: render → backend → parse → policies → events.
+"""One generation: a model's route, then prepare (render, tokens, budget) and open.
 
-:func:`prepare` (validation, rendering, budget, truncation) and :func:`open_stream`
-(admission, connecting, the first upstream chunk) do everything that can fail with a
-clean HTTP error, so a run can answer 4xx/5xx before committing to a 200 stream.  The returned
-:class:`EventStream` then yields events; a failure after that point becomes a
-terminal :class:`app.core.events.Error` event, never an exception.  Closing the stream
-(client disconnect) closes the upstream request.
+:func:`prepare` (capacity, capabilities, rendering, token counts, budget, truncation) and
+:func:`open_stream` (admission, connecting, the first upstream chunk) do everything that
+can fail with a clean HTTP error, so a run can answer 4xx/5xx before committing to a 200
+stream.  The returned :class:`~app.engine.stream.EventStream` then yields events; a failure
+after that point is its terminal ``Error`` event, never an exception.
 """
 
 from __future__ import annotations
@@ -13,21 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import metrics
-from app.core import events as ev
 from app.core.conversation import Conversation, GenerationParams, ImagePart, ReasoningEffort, part_param
-from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError, to_event
+from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk
 from app.core.prompt import Prompt
 from app.engine.admission import Admission
-from app.engine.policy import OneCall, StopSequences, ToolGuard
+from app.engine.stream import EventStream, invalid_output
 from app.formats.catalog import HarmonyFormat, PromptFormat
-from app.formats.parsing.base import EventParser
 
 log = logging.getLogger("ocm_gateway")
 
@@ -152,147 +147,6 @@ def _budget(route: ModelRoute, prompt: Prompt, params: GenerationParams,
                 f"the context window of {window} tokens.", param="max_tokens")
         return replace(params, max_tokens=room)
     return params
-
-
-def invalid_output(exc: Exception) -> ev.Error:
-    """What a client sees when the model's output breaks the parser (never a 500 or a cut)."""
-    return ev.Error(f"The model's output could not be parsed ({type(exc).__name__}: "
-                    f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
-
-
-class EventStream:
-    """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
-
-    def __init__(self, first: Chunk | None, chunks: AsyncIterator[Chunk],
-                 parser: EventParser, params: GenerationParams,
-                 allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
-                 release: Callable[[], None] | None = None,
-                 strict_tools: dict[str, dict[str, Any] | None] | None = None) -> None:
-        self._first = first
-        self._chunks = chunks
-        self._parser = parser
-        self._stops = StopSequences(params.stop)
-        self._guard = ToolGuard(allowed_tools, strict_tools)
-        self._one_call = OneCall(params.parallel_tool_calls)
-        self._iter = self._run()
-        self._model = model
-        self._upstream = upstream_seconds  # time spent awaiting the backend so far
-        self._stats = metrics.current()
-        self._closed = False
-        self._release = release  # the admission slot, given back when the stream ends
-        self._held_part: ev.PartDone | None = None
-        if self._stats is not None:
-            self._stats.metrics.open_streams.inc()
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> ev.Event:
-        return await self._iter.__anext__()
-
-    async def aclose(self) -> None:
-        await self._iter.aclose()
-        self._finish_stats()  # also when the stream was closed before it was ever iterated
-        aclose = getattr(self._chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-    async def _raw(self) -> AsyncGenerator[ev.Event, None]:
-        """Parsed events; any failure of the backend or the parser is one terminal Error."""
-        try:
-            if self._first is not None:
-                for event in self._hold_parts(self._parser.feed(self._first)):
-                    yield event
-            t0 = time.perf_counter()
-            async for chunk in self._chunks:
-                self._upstream += time.perf_counter() - t0
-                for event in self._hold_parts(self._parser.feed(chunk)):
-                    yield event
-                t0 = time.perf_counter()
-            for event in self._hold_parts(self._parser.close()):
-                yield event
-        except GatewayError as exc:
-            yield to_event(exc)
-        except Exception as exc:  # a parser or decoder bug must not cut the stream silently
-            log.warning("model output could not be parsed", exc_info=exc)
-            yield invalid_output(exc)
-        if self._held_part is not None:
-            yield self._held_part
-
-    def _hold_parts(self, events: list[ev.Event]) -> list[ev.Event]:
-        """Each ``PartDone`` is held until the next event: a part the token budget cut
-        (``Finished("length")`` right after it) did not complete, and the finish closes it
-        as incomplete instead."""
-        out: list[ev.Event] = []
-        for event in events:
-            held, self._held_part = self._held_part, None
-            if held is not None and not (isinstance(event, ev.Finished) and event.reason == "length"):
-                out.append(held)
-            if isinstance(event, ev.PartDone):
-                self._held_part = event
-            else:
-                out.append(event)
-        return out
-
-    async def _run(self) -> AsyncGenerator[ev.Event, None]:
-        raw = self._raw()
-        try:
-            async for event in raw:
-                if isinstance(event, ev.TextDelta):
-                    for out in self._stops.feed(event):
-                        yield out
-                    if self._stops.matched:
-                        yield ev.PartDone("text")
-                        finished = ev.Finished("stop", self._parser.usage())
-                        self._observe(finished)
-                        yield finished
-                        return
-                    continue
-                if isinstance(event, (ev.PartDone, ev.Finished)):
-                    for out in self._stops.flush():
-                        yield out
-                if not self._one_call.keep(event):
-                    continue
-                if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):
-                    error = (self._guard.check(event) if isinstance(event, ev.ToolCallStarted)
-                             else self._guard.check_arguments(event))
-                    if error is not None:
-                        self._observe(error)
-                        yield error
-                        return
-                self._observe(event)
-                yield event
-                if isinstance(event, ev.TERMINAL):
-                    return
-        finally:
-            self._finish_stats()
-            await raw.aclose()
-            aclose = getattr(self._chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-
-    def _observe(self, event: ev.Event) -> None:
-        stats = self._stats
-        if stats is None:
-            return
-        if isinstance(event, ev.Finished):
-            stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
-            stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
-            stats.tokens += event.usage.total_tokens
-        elif isinstance(event, ev.Error):
-            stats.metrics.backend_errors.labels(self._model, event.code).inc()
-
-    def _finish_stats(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._release is not None:
-            self._release()
-        if self._stats is not None:
-            self._stats.upstream_seconds += self._upstream
-            self._stats.metrics.upstream.labels(self._model).observe(self._upstream)
-            self._stats.metrics.open_streams.dec()
 
 
 @dataclass(frozen=True, slots=True)

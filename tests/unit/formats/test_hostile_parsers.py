@@ -15,7 +15,7 @@ from app.core import events as ev
 from app.core.conversation import Conversation, FunctionTool, GenerationParams, Message, TextPart
 from app.core.errors import InvalidRequest
 from app.core.output import Chunk, Finish, ToolCallChunk
-from app.engine.generation import EventStream
+from app.engine.stream import EventStream
 from app.formats.catalog import ChatFormat, HarmonyFormat, OpenChatMLFormat, TemplateFormat
 from app.formats.harmony.vocab import harmony_encoding
 from app.formats.parsing.base import EventParser
