@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core import events as ev
-from app.core.output import TokenLogprob
+from app.core.output import TokenLogprob, Usage
 from app.engine.policy import StopSequences
 
 
@@ -58,3 +58,16 @@ def test_output_is_the_text_before_the_first_completed_stop(pieces: list[str], s
     assert emitted == (text[:min(ends)[1]] if ends else text)
     for d in out:  # every token's logprob is on the delta that carries its text
         assert all(lp.token in d.text or d.text in lp.token for lp in d.logprobs or ())
+
+
+def test_one_call_drops_every_call_event_after_the_first_call() -> None:
+    from app.engine.policy import OneCall
+
+    events: list[ev.Event] = []
+    for i, call_id in enumerate("ab"):
+        events += [ev.ToolCallStarted(i, call_id, "f"), ev.ToolCallArgumentsDelta(i, "{}"),
+                   ev.ToolCallDone(i, call_id, "f", "{}")]
+    events.append(ev.Finished("tool_calls", Usage()))
+    one, many = OneCall(parallel=False), OneCall(parallel=True)
+    assert [e for e in events if one.keep(e)] == events[:3] + events[-1:]
+    assert [e for e in events if many.keep(e)] == events
