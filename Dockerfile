@@ -11,7 +11,7 @@ COPY schemas ./schemas
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install . \
  && OCM_GATEWAY_CACHE=/opt/ocm-cache /opt/venv/bin/python -c \
-    "from app.vocab import harmony_encoding; harmony_encoding()"
+    "from app.formats.harmony.vocab import harmony_encoding; harmony_encoding()"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/ocm-gateway --create-home ocm
