@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
+from adapters.aiohttp_transport import AiohttpTransport
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
 from app.api.responses import routes as responses_routes
@@ -37,12 +38,13 @@ def create_app(config: GatewayConfig | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         harmony_encoding()  # load the vocabulary before the first request, not during it
         up = cfg.upstream
+        limits = httpx.Limits(max_connections=up.max_connections,
+                              max_keepalive_connections=up.max_connections)
         client = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or AiohttpTransport(limits),  # tests: an httpx MockTransport
             timeout=httpx.Timeout(connect=up.connect_timeout, read=up.read_timeout,
                                   write=up.connect_timeout, pool=up.connect_timeout),
-            limits=httpx.Limits(max_connections=up.max_connections,
-                                max_keepalive_connections=up.max_connections),
+            limits=limits,
         )
         registry = Registry(cfg, client, admission)
         registry.created = int(time.time())

@@ -1,0 +1,118 @@
+"""The network under the gateway's httpx client: an httpx transport over aiohttp.
+
+Every upstream request goes through one ``httpx.AsyncClient`` (adapters, discovery,
+tokenize), so tests replace the network with ``httpx.MockTransport`` and the code path
+above the transport is the same in production.  The network itself is aiohttp: streaming
+a 33-event llama.cpp answer costs ~0.9 ms of CPU through this transport against ~2.7 ms
+through httpx's own (httpcore on anyio), measured in ``docs/performance.md``.
+
+What the gateway relies on, kept here:
+
+* **timeouts** from the request's httpx ``Timeout``: ``connect`` per connection attempt,
+  ``pool`` for a free connection, ``read`` as the longest silence between two reads of
+  the body (an upstream that stops mid-stream is a ``ReadTimeout``);
+* **streaming**: body bytes are handed on as they arrive (``iter_any``), never
+  re-chunked;
+* **closing**: a response closed before its body ended closes its connection (the
+  upstream sees the disconnect and stops generating); one read to the end goes back to
+  the pool for the next request;
+* **errors** as httpx's exception types, which ``adapters/base.py`` maps to gateway errors:
+  refused / unresolvable → ``ConnectError``, connect timeout → ``ConnectTimeout``,
+  silence → ``ReadTimeout``, a connection lost mid-answer → ``ReadError``, a broken
+  response → ``RemoteProtocolError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+
+import aiohttp
+import httpx
+
+Timeouts = dict[str, float | None]
+
+
+def _mapped(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
+    """The httpx exception for an aiohttp / asyncio one (the most specific first)."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message, request=request)
+    if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError):
+        return httpx.ReadTimeout(message, request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, DNS, TLS handshake
+        return httpx.ConnectError(message, request=request)
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        return httpx.RemoteProtocolError(message, request=request)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(message, request=request)
+    return httpx.ReadError(message, request=request)  # disconnected, reset, any other OSError
+
+
+_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# Set by aiohttp itself; and bodies are read raw (``aiter_raw``), so no compression is asked for.
+_OWN = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding"})
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.content.iter_any():
+                yield data
+        except _ERRORS as exc:
+            raise _mapped(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        if self._response.content.is_eof():
+            self._response.release()  # read to the end: the connection is reused
+        else:
+            self._response.close()  # cut short: close it, so the upstream stops
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """One aiohttp session (created in the running loop on first use) for all upstreams."""
+
+    def __init__(self, limits: httpx.Limits, *, keepalive_expiry: float = 5.0,
+                 verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
+        self._limit = limits.max_connections or 0  # 0: no limit
+        self._keepalive = limits.keepalive_expiry if limits.keepalive_expiry is not None \
+            else keepalive_expiry
+        self._ssl = verify
+        self._trust_env = trust_env
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=self._keepalive,
+                                             ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=self._trust_env, auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts: Timeouts = request.extensions.get("timeout", {})
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.get("pool"),
+                                        sock_connect=timeouts.get("connect"),
+                                        sock_read=timeouts.get("read"))
+        body = await request.aread()
+        try:
+            response = await self._client().request(
+                request.method, str(request.url), data=body or None,
+                headers=[*((k, v) for k, v in request.headers.multi_items() if k.lower() not in _OWN),
+                         ("accept-encoding", "identity")],
+                allow_redirects=False, timeout=timeout)
+        except _ERRORS as exc:
+            raise _mapped(exc, request) from exc
+        return httpx.Response(response.status, headers=response.raw_headers,
+                              stream=_Body(response, request), request=request,
+                              extensions={"http_version": b"HTTP/1.1"})
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()

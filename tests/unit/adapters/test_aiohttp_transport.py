@@ -1,0 +1,175 @@
+"""The aiohttp transport under httpx, against a real socket: streaming, timeouts, closing, errors.
+
+The server is a few lines of raw asyncio so each test controls the bytes and the timing
+exactly (a chunked SSE body like llama.cpp's, a stall, a cut, keep-alive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from adapters.aiohttp_transport import AiohttpTransport
+
+pytestmark = pytest.mark.asyncio
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n")
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return head, await reader.readexactly(length)
+
+
+class Server:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.closed_by_peer = asyncio.Event()
+        self.requests: list[tuple[bytes, bytes]] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    self.requests.append(await read_request(reader))
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    self.closed_by_peer.set()
+                    return
+                await self.handler(reader, writer)
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[tuple[Server, str]]:
+    server = Server(handler)
+    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        srv.close()
+
+
+def client(read: float = 5.0) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=10)
+    return httpx.AsyncClient(transport=AiohttpTransport(limits),
+                             timeout=httpx.Timeout(connect=2.0, read=read, write=2.0, pool=2.0))
+
+
+async def test_body_bytes_arrive_as_they_are_sent_and_the_request_is_intact() -> None:
+    second = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await second.wait()  # the client must see event 1 before event 2 exists
+        writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+    got = []
+    async with serving(handler) as (server, url), client() as c, c.stream(
+            "POST", url + "/completion", content=b'{"prompt":[1,2]}',
+            headers={"content-type": "application/json"}) as r:
+        async for data in r.aiter_raw():
+            got.append(data)
+            second.set()
+    assert b"".join(got) == b"data: 1\n\ndata: 2\n\n" and got[0] == b"data: 1\n\n"
+    head, body = server.requests[0]
+    assert body == b'{"prompt":[1,2]}' and b"content-type: application/json" in head.lower()
+    assert head.startswith(b"POST /completion HTTP/1.1") and b"accept-encoding: identity" in head.lower()
+
+
+async def test_a_body_read_to_the_end_leaves_its_connection_for_the_next_request() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + chunk(b"data: x\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with serving(handler) as (server, url), client() as c:
+        for _ in range(5):
+            async with c.stream("POST", url, content=b"{}") as r:
+                assert await r.aread() == b"data: x\n\n"
+    assert server.connections == 1 and len(server.requests) == 5
+
+
+async def test_a_body_cut_short_closes_its_connection_so_the_upstream_stops() -> None:
+    lost = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        try:
+            for _ in range(1000):  # an endless generation, one token every 10 ms
+                writer.write(chunk(b"data: token\n\n"))
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            lost.set()  # what makes llama.cpp cancel the generation
+
+    async with serving(handler) as (_, url), client() as c:
+        async with c.stream("POST", url, content=b"{}") as r:
+            async for _ in r.aiter_raw():
+                break  # the client went away after the first event
+        await asyncio.wait_for(lost.wait(), 2.0)
+
+
+async def test_silence_mid_body_is_a_read_timeout() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    async with serving(handler) as (_, url), client(read=0.3) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            async with c.stream("POST", url, content=b"{}") as r:
+                async for _ in r.aiter_raw():
+                    pass
+
+
+async def test_a_connection_lost_mid_body_is_a_read_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        writer.transport.abort()
+
+    async with serving(handler) as (_, url), client() as c:
+        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+            async with c.stream("POST", url, content=b"{}") as r:
+                async for _ in r.aiter_raw():
+                    pass
+
+
+async def test_nobody_listening_is_a_connect_error() -> None:
+    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    srv.close()
+    await srv.wait_closed()
+    async with client() as c:
+        with pytest.raises(httpx.ConnectError):
+            await c.post(f"http://127.0.0.1:{port}/completion", content=b"{}")
+
+
+async def test_a_status_and_json_body_come_through_like_httpx() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = b'{"error":{"message":"busy","type":"unavailable_error"}}'
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                     b"retry-after: 3\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+
+    async with serving(handler) as (_, url), client() as c:
+        r = await c.get(url + "/health")
+    assert r.status_code == 503 and r.headers["retry-after"] == "3"
+    assert r.json()["error"]["message"] == "busy"
