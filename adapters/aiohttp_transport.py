@@ -16,6 +16,10 @@ What the gateway relies on, kept here:
 * **closing**: a response closed before its body ended closes its connection (the
   upstream sees the disconnect and stops generating); one read to the end goes back to
   the pool for the next request;
+* **stale connections**: a pooled connection the server closed while it was idle (its
+  keep-alive timeout racing our next request) fails before any answer; that request is
+  sent again on another connection (only when it ran on a reused one: a new connection that
+  fails so is the server's failure);
 * **errors** as httpx's exception types, which ``adapters/base.py`` maps to gateway errors:
   refused / unresolvable → ``ConnectError``, connect timeout → ``ConnectTimeout``,
   silence → ``ReadTimeout``, a connection lost mid-answer → ``ReadError``, a broken
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import aiohttp
 import httpx
@@ -51,8 +56,26 @@ def _mapped(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
 
 
 _ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# How a request on a connection the server already closed fails: no answer, a reset, or the
+# request itself cannot be written (aiohttp's ClientOSError "Can not write request body").
+_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError, aiohttp.ClientOSError)
 # Set by aiohttp itself; and bodies are read raw (``aiter_raw``), so no compression is asked for.
 _OWN = frozenset({"host", "content-length", "transfer-encoding", "accept-encoding"})
+
+
+class _Attempt:
+    """Whether one try of a request ran on a pooled connection (set by aiohttp's tracing)."""
+
+    reused = False
+
+
+async def _on_reuse(session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                    params: aiohttp.TraceConnectionReuseconnParams) -> None:
+    ctx.trace_request_ctx.reused = True
+
+
+_TRACE = aiohttp.TraceConfig()
+_TRACE.on_connection_reuseconn.append(_on_reuse)
 
 
 class _Body(httpx.AsyncByteStream):
@@ -92,6 +115,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                                              ssl=self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=self._trust_env, auto_decompress=False,
+                trace_configs=[_TRACE],
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
         return self._session
 
@@ -101,14 +125,26 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                                         sock_connect=timeouts.get("connect"),
                                         sock_read=timeouts.get("read"))
         body = await request.aread()
-        try:
-            response = await self._client().request(
-                request.method, str(request.url), data=body or None,
-                headers=[*((k, v) for k, v in request.headers.multi_items() if k.lower() not in _OWN),
-                         ("accept-encoding", "identity")],
-                allow_redirects=False, timeout=timeout)
-        except _ERRORS as exc:
-            raise _mapped(exc, request) from exc
+        headers = [*((k, v) for k, v in request.headers.multi_items() if k.lower() not in _OWN),
+                   ("accept-encoding", "identity")]
+        while True:
+            attempt = _Attempt()
+            try:
+                response = await self._client().request(
+                    request.method, str(request.url), data=body or None, headers=headers,
+                    allow_redirects=False, timeout=timeout, trace_request_ctx=attempt)
+                break
+            except aiohttp.ClientConnectorError as exc:  # could not connect: not a stale one
+                raise _mapped(exc, request) from exc
+            except _STALE as exc:
+                # No answer at all on a kept-alive connection: the server closed it while it was
+                # idle (its keep-alive timeout, or one request per connection), so it never saw
+                # this request, which goes again on another connection.  A new connection that
+                # fails like this is the server's failure, and is not retried here.
+                if not attempt.reused:
+                    raise _mapped(exc, request) from exc
+            except _ERRORS as exc:
+                raise _mapped(exc, request) from exc
         return httpx.Response(response.status, headers=response.raw_headers,
                               stream=_Body(response, request), request=request,
                               extensions={"http_version": b"HTTP/1.1"})

@@ -121,7 +121,8 @@ def transport_error(exc: httpx.HTTPError, base_url: str) -> GatewayError:
     if isinstance(exc, httpx.ConnectError):
         return UpstreamError(f"Could not connect to the backend at {base_url}.",
                              code="upstream_unavailable")
-    return UpstreamError(f"Connection to the backend at {base_url} failed: {type(exc).__name__}.")
+    detail = f" ({exc})" if str(exc) else ""
+    return UpstreamError(f"Connection to the backend at {base_url} failed: {type(exc).__name__}{detail}.")
 
 
 def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayError:

@@ -173,3 +173,53 @@ async def test_a_status_and_json_body_come_through_like_httpx() -> None:
         r = await c.get(url + "/health")
     assert r.status_code == 503 and r.headers["retry-after"] == "3"
     assert r.json()["error"]["message"] == "busy"
+
+
+async def test_a_kept_alive_connection_the_server_dropped_is_not_a_failed_request() -> None:
+    # One answer per connection, then the next request on it is dropped unanswered: a server
+    # whose keep-alive timeout fired just as the gateway reused the connection.
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await read_request(reader)
+            writer.write(HEAD + chunk(b"data: ok\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            await read_request(reader)  # a second request on this connection: drop it
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    try:
+        async with client() as c:
+            for _ in range(5):
+                async with c.stream("POST", url, content=b"{}") as r:
+                    assert await r.aread() == b"data: ok\n\n"
+    finally:
+        srv.close()
+    assert connections >= 5
+
+
+async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() -> None:
+    requests = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        await read_request(reader)
+        requests += 1
+        writer.transport.abort()  # the server died on this request
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    try:
+        async with client() as c:
+            with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+                await c.post(url, content=b"{}")
+    finally:
+        srv.close()
+    assert requests == 1
