@@ -20,18 +20,27 @@ class SSEDecoder:
         self._data: list[bytes] = []
 
     def decode(self, chunk: bytes) -> list[str]:
-        self._buffer += chunk
+        """Linear in the bytes received: lines are cut at offsets of one buffer, which is
+        sliced once per call (not once per line)."""
+        buf = self._buffer + chunk if self._buffer else chunk
         events: list[str] = []
-        while True:
-            cut = self._next_line_end()
-            if cut is None:
-                break
-            end, skip = cut
-            line = self._buffer[:end]
-            self._buffer = self._buffer[end + skip:]
-            event = self._line(line)
-            if event is not None:
-                events.append(event)
+        pos = 0
+        if b"\r" not in buf:  # the usual case: \n line ends only
+            while (end := buf.find(b"\n", pos)) >= 0:
+                event = self._line(buf[pos:end])
+                pos = end + 1
+                if event is not None:
+                    events.append(event)
+        else:
+            size = len(buf)
+            while (match := _EOL.search(buf, pos)) is not None:
+                if match.group() == b"\r" and match.end() == size:
+                    break  # this \r may be the first half of \r\n
+                event = self._line(buf[pos:match.start()])
+                pos = match.end()
+                if event is not None:
+                    events.append(event)
+        self._buffer = buf[pos:]
         return events
 
     def flush(self) -> list[str]:
@@ -42,14 +51,6 @@ class SSEDecoder:
         if self._data:
             events.append(self._dispatch())
         return events
-
-    def _next_line_end(self) -> tuple[int, int] | None:
-        match = _EOL.search(self._buffer)
-        if match is None:
-            return None
-        if match.group() == b"\r" and match.end() == len(self._buffer):
-            return None  # this \r may be the first half of \r\n
-        return match.start(), match.end() - match.start()
 
     def _line(self, line: bytes) -> str | None:
         if not line:
