@@ -8,10 +8,10 @@ Once a stream has started, sse-starlette's disconnect listener does the same.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-import anyio
 from starlette.requests import Request
 
 from app.core.errors import GatewayError
@@ -28,29 +28,30 @@ class ClientDisconnected(GatewayError):
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """``await work``, unless the client disconnects first: then ``work`` is cancelled (which
     closes its upstream request) and :class:`ClientDisconnected` is raised. An exception of
-    ``work`` propagates as itself (not wrapped in an exception group)."""
-    result: list[T] = []
-    failure: list[BaseException] = []
+    ``work`` propagates as itself.
 
-    async with anyio.create_task_group() as tg:
-        async def run() -> None:
-            try:
-                result.append(await work)
-            except Exception as exc:
-                failure.append(exc)
-            tg.cancel_scope.cancel()
+    ``work`` runs in the calling task; one watcher task reads the request's messages and
+    cancels the caller on ``http.disconnect`` (a task group would cost two tasks and two
+    cancel scopes per call on the hot path)."""
+    caller = asyncio.current_task()
+    assert caller is not None
+    gone = False
 
-        async def watch() -> None:
-            while True:
-                message = await request.receive()
-                if message["type"] == "http.disconnect":
-                    tg.cancel_scope.cancel()
-                    return
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        caller.cancel()
 
-        tg.start_soon(run)
-        tg.start_soon(watch)
-    if failure:
-        raise failure[0]
-    if not result:
-        raise ClientDisconnected("The client disconnected before the answer was complete.")
-    return result[0]
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise  # cancelled from outside (shutdown): not ours to turn into an error
+        raise ClientDisconnected("The client disconnected before the answer was complete.") from None
+    finally:
+        watcher.cancel()  # a watcher woken but not yet run never cancels the caller
+        if gone:
+            caller.uncancel()  # the watcher only runs while the caller waits inside ``work``

@@ -7,7 +7,7 @@ shutdown deadline, keep-alive pings and proxy headers are the same for both.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sse_starlette import EventSourceResponse
@@ -53,6 +53,10 @@ def jsonlines_response(run: Run, frame: Frame) -> Response:
     return StreamingResponse(_framed(run.frames(), frame, None), media_type="application/jsonlines")
 
 
-async def json_response(request: Request, run: Run) -> Response:
-    """The run's non-streaming body; the client leaving cancels it (unless background)."""
-    return JSONResponse(await cancel_on_disconnect(request, run.result()))
+async def json_answer(request: Request, starting: Awaitable[Run]) -> Response:
+    """Start a run and answer with its non-streaming body; a client that leaves at any point
+    cancels it (one disconnect watcher for the whole request)."""
+    async def answer() -> dict[str, Any]:
+        return await (await starting).result()
+
+    return JSONResponse(await cancel_on_disconnect(request, answer()))

@@ -15,7 +15,7 @@ from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.sse import data_event, json_line
-from app.http.streaming import json_response, jsonlines_response, sse_response
+from app.http.streaming import json_answer, jsonlines_response, sse_response
 from schemas.chat import ChatCompletionRequest
 
 router = APIRouter(route_class=GatewayRoute)
@@ -34,12 +34,13 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
                            logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
                            stream=ingest.stream)
 
-    # Until the first upstream event nothing has been sent: a client that leaves cancels it.
-    run = await cancel_on_disconnect(request, engine.start(
+    starting = engine.start(
         RunRequest(ingest.model, ingest.conversation, ingest.params), encoder, run_id=response_id,
-        mode="stream" if ingest.stream else "wait", owner=principal(request)))
+        mode="stream" if ingest.stream else "wait", owner=principal(request))
     if not ingest.stream:
-        return await json_response(request, run)
+        return await json_answer(request, starting)
+    # Until the first upstream event nothing has been sent: a client that leaves cancels it.
+    run = await cancel_on_disconnect(request, starting)
     if jsonlines:
         return jsonlines_response(run, json_line)
     return sse_response(run, data_event, engine.registry.config.shutdown_grace_seconds)

@@ -14,7 +14,7 @@ from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.sse import named_event
-from app.http.streaming import json_response, sse_response
+from app.http.streaming import json_answer, sse_response
 from schemas.responses import CreateResponseBody
 
 router = APIRouter(route_class=GatewayRoute)
@@ -33,16 +33,16 @@ def _named(payload: dict[str, Any]) -> bytes:
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
     check_model(request, body.model)
     service = _service(request)
-    # Until the first upstream event nothing has been sent: a client that leaves cancels it
-    # (a background response does not wait for the backend, so it is not affected).
     creating = service.create(body, principal(request))
-    run = await (creating if body.background else cancel_on_disconnect(request, creating))
-    if body.stream:
-        return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
-    if body.background:
+    if body.background:  # does not wait for the backend, and outlives this request
+        run = await creating
         assert isinstance(run.encoder, ResponsesEncoder)
         return JSONResponse(run.encoder.snapshot())
-    return await json_response(request, run)
+    if not body.stream:
+        return await json_answer(request, creating)
+    # Until the first upstream event nothing has been sent: a client that leaves cancels it.
+    run = await cancel_on_disconnect(request, creating)
+    return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
 
 
 @router.get("/v1/responses/{response_id}")
