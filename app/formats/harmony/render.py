@@ -34,9 +34,12 @@ gpt-oss Hugging Face chat template (see ``tests/unit/render/test_harmony_golden.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import orjson
 from openai_harmony import (
     Author,
     DeveloperContent,
@@ -182,8 +185,54 @@ def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice) -> list[int]:
     return list(enc.encode(header, allowed_special=specials))
 
 
+_PREFIXES: dict[tuple[Any, ...], tuple[int, ...]] = {}
+_PREFIXES_MAX = 512  # distinct (system, developer) prefixes kept; cleared when full
+
+
+def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningEffort,
+                instructions: str, tools: tuple[m.FunctionTool, ...],
+                rf: m.ResponseFormat | None) -> tuple[int, ...]:
+    """The system and developer messages as token ids, cached: they repeat across requests
+    (the same options, instructions and tools every turn of an agent), and rendering them
+    through openai-harmony is most of a request's render time."""
+    date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
+    key = (opts, date, effort, instructions,
+           orjson.dumps([(t.name, t.description, t.parameters) for t in tools]),
+           None if rf is None else (rf.name, rf.description, orjson.dumps(rf.schema)))
+    ids = _PREFIXES.get(key)
+    if ids is None:
+        messages = [_system(replace(opts, current_date=date), effort)]
+        dev = developer_message(instructions, tools)
+        if dev is None and rf is not None:  # the response format needs a developer message
+            dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())
+        if dev is not None:
+            messages.append(dev)
+        # As a conversation: the system message says where tool calls go when the developer
+        # message has tools, which rendering the messages one by one would not.
+        rendered = enc.render_conversation(HarmonyConversation.from_messages(messages),
+                                           RenderConversationConfig(auto_drop_analysis=False))
+        if rf is not None:
+            rendered = _splice_response_format(enc, rendered, rf)
+        ids = tuple(rendered)
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[key] = ids
+    return ids
+
+
+@functools.cache
+def _constants(enc: HarmonyEncoding) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(``<|start|>assistant``, the stop tokens of assistant actions)."""
+    start = enc.render_conversation_for_completion(HarmonyConversation.from_messages([]),
+                                                   Role.ASSISTANT)
+    return tuple(start), tuple(enc.stop_tokens_for_assistant_actions())
+
+
 def render_harmony(conv: m.Conversation, params: m.GenerationParams,
                    opts: HarmonyOptions | None = None) -> Prompt:
+    """The prompt as token ids: the cached system / developer prefix, each history message
+    rendered by openai-harmony, and ``<|start|>assistant`` (the same ids as rendering the
+    whole conversation for completion: ``tests/unit/formats/harmony`` checks it)."""
     opts = opts or HarmonyOptions()
     enc = harmony_encoding()
     # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
@@ -191,23 +240,8 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     tools = conv.tools if params.tool_choice.mode != "none" else ()
     instructions, history = _history(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
-    messages = [_system(opts, effort)]
-    dev = developer_message(instructions, tools)
-    needs_dev_for_format = dev is None and conv.response_format is not None
-    if needs_dev_for_format:
-        dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())
-    if dev is not None:
-        messages.append(dev)
-    messages.extend(history)
-    ids = enc.render_conversation_for_completion(
-        HarmonyConversation.from_messages(messages), Role.ASSISTANT,
-        RenderConversationConfig(auto_drop_analysis=False))
-    if conv.response_format is not None:
-        ids = _splice_response_format(enc, ids, conv.response_format)
+    start, stops = _constants(enc)
+    ids = [*_prefix_ids(enc, opts, effort, instructions, tools, conv.response_format),
+           *(t for message in history for t in enc.render(message)), *start]
     prefill = prefill_ids(enc, params.tool_choice)
-    ids = ids + prefill
-    return Prompt(
-        token_ids=tuple(ids),
-        stop_token_ids=tuple(enc.stop_tokens_for_assistant_actions()),
-        prefill_ids=tuple(prefill),
-    )
+    return Prompt(token_ids=(*ids, *prefill), stop_token_ids=stops, prefill_ids=tuple(prefill))
