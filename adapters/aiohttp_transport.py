@@ -102,10 +102,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, limits: httpx.Limits, *, keepalive_expiry: float = 5.0,
                  verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
+        """``verify``: True is httpx's own default context (certifi's CA bundle, or
+        ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), so HTTPS upstreams verify exactly as before."""
         self._limit = limits.max_connections or 0  # 0: no limit
         self._keepalive = limits.keepalive_expiry if limits.keepalive_expiry is not None \
             else keepalive_expiry
-        self._ssl = verify
+        self._ssl: ssl.SSLContext | bool = (httpx.create_ssl_context(trust_env=trust_env)
+                                             if verify is True else verify)
         self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
 

@@ -7,11 +7,14 @@ exactly (a chunked SSE body like llama.cpp's, a stall, a cut, keep-alive).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 
 from adapters.aiohttp_transport import AiohttpTransport
 
@@ -223,3 +226,34 @@ async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() ->
     finally:
         srv.close()
     assert requests == 1
+
+
+async def test_https_upstreams_are_verified_like_httpx_would(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
+    url = f"https://127.0.0.1:{srv.sockets[0].getsockname()[1]}/health"
+    try:
+        async with client() as c:  # an unknown CA: refused, not silently trusted
+            with pytest.raises(httpx.ConnectError):
+                await c.get(url)
+        bundle = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # the operator's CA, as httpx honours it
+        async with client() as c:
+            assert (await c.get(url)).text == "ok"
+    finally:
+        srv.close()
