@@ -149,6 +149,14 @@ class ApiKey(_Strict):
     max_concurrent: int | None = Field(default=None, ge=1)
 
 
+class HttpSettings(_Strict):
+    """Browser-facing HTTP: CORS (off unless origins are listed) and the Swagger UI."""
+
+    cors_origins: list[str] = []  # e.g. ["https://app.example.com"]; ["*"] for any origin
+    cors_allow_credentials: bool = False
+    docs: bool = True  # Swagger UI at /docs (the page loads its script from a CDN)
+
+
 class AuthSettings(_Strict):
     keys: list[ApiKey] = []  # empty: no authentication
 
@@ -160,6 +168,7 @@ class GatewayConfig(_Strict):
     store: StoreSettings = StoreSettings()
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
+    http: HttpSettings = HttpSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from adapters.aiohttp_transport import AiohttpTransport
 from app.api.chat import routes as chat_routes
@@ -62,7 +63,8 @@ def create_app(config: GatewayConfig | None = None,
             await store.close()
             await client.aclose()
 
-    app = FastAPI(title="ocm-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="ocm-gateway", lifespan=lifespan, redoc_url=None,
+                  docs_url="/docs" if cfg.http.docs else None)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router]
     errors.install(app, routers)
@@ -72,6 +74,13 @@ def create_app(config: GatewayConfig | None = None,
     app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission)  # inside auth
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
+    if cfg.http.cors_origins:  # outside auth: a browser's preflight carries no API key
+        app.add_middleware(CORSMiddleware, allow_origins=cfg.http.cors_origins,
+                           allow_credentials=cfg.http.cors_allow_credentials,
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+                           allow_headers=["authorization", "content-type", "x-request-id",
+                                          "openai-beta", "openai-organization", "openai-project"],
+                           expose_headers=["x-request-id", "retry-after", "retry-after-ms"])
     app.state.metrics = Metrics()
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: sees 401s too
     for router in routers:

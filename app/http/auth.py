@@ -1,7 +1,7 @@
 """API-key authentication as pure ASGI middleware (no BaseHTTPMiddleware).
 
 Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` is
-hashed and compared in constant time.  Health, readiness and metrics stay open.  The
+hashed and compared in constant time.  Health, readiness, metrics and the API docs stay open.  The
 matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
 allow-list (:func:`check_model`) and scope what they store to its tenant (:func:`principal`).
 """
@@ -20,7 +20,7 @@ from app.core.access import ANONYMOUS, Principal
 from app.core.errors import ModelNotFound, error_body
 from app.http.responses import JSONResponse
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping", "/docs", "/openapi.json"})
 
 
 class AuthMiddleware:
