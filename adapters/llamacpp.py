@@ -71,10 +71,13 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
     )
 
 
-# A token whose text looks like a chat-template marker: ``<start_of_turn>``, ``<|im_end|>``,
-# ``[INST]``.  llama.cpp parses USER_DEFINED added tokens even with ``parse_special:
-# false`` (see tests/fixtures/wire/README.md, 06f), so untrusted text is checked.
-_MARKER_PIECE = re.compile(r"^\s*(<[^<>\s]{2,}>|\[[A-Z_/]{2,}\])\s*$")
+# A token whose text is a bracketed tag: ``<start_of_turn>``, ``<|im_end|>``, ``[INST]``, and the
+# short ones (Gemma's ``<b>``, ``<s>``, ``[multimodal]``).  llama.cpp parses USER_DEFINED added
+# tokens even with ``parse_special: false`` (tests/fixtures/wire/README.md, 06f), and its
+# /tokenize says nothing about a token's type, so every token shaped like a tag is treated as a
+# possible marker: the text is re-tokenized so that none can form (an ordinary token of that
+# shape only costs a different split of the same text).
+_MARKER_PIECE = re.compile(r"^\s*(<[^<>\s]+>|\[[^\[\]\s]+\])\s*$")
 _BREAK_AFTER = re.compile(r"(?<=[<\[])")
 
 

@@ -97,3 +97,18 @@ async def test_user_text_never_becomes_a_gemma_control_token(gemma_gguf: Path) -
         assert not {BOS, START_OF_TURN, END_OF_TURN} & set(part)
     # And the test can fail: the naive tokenization does turn the injection into controls.
     assert naive.count(START_OF_TURN) == 3 and naive.count(END_OF_TURN) == 3
+
+
+@pytest.mark.parametrize("marker", ["[multimodal]", "<b>", "<i>", "<u>", "<s>", "<a>", "<start_of_image>"])
+async def test_short_added_tokens_in_user_text_are_split(gemma_gguf: Path, marker: str) -> None:
+    # Gemma's vocabulary has added (USER_DEFINED) tokens that llama.cpp matches in plain text
+    # even with parse_special off; none of them may reach the model as that one token.
+    text = f"look {marker} here"
+    with llama_server(gemma_gguf, n_ctx=1024) as url:
+        async with httpx.AsyncClient(timeout=30) as client:
+            raw = (await client.post(f"{url}/tokenize", json={"content": marker, "parse_special": False,
+                                                               "add_special": False})).json()["tokens"]
+            safe = await LlamaCppBackend(client, [url]).tokenize([(text, False)])
+            back = (await client.post(f"{url}/detokenize", json={"tokens": safe})).json()["content"]
+    assert len(raw) == 1  # llama.cpp alone: the marker is one token (the reason for the check)
+    assert raw[0] not in safe and back == text
