@@ -157,6 +157,12 @@ class HttpSettings(_Strict):
     docs: bool = True  # Swagger UI at /docs (the page loads its script from a CDN)
 
 
+class ResponsesSettings(_Strict):
+    # Streaming event names: "auto" answers OpenAI's SDKs in OpenAI's names and everyone else
+    # in the Open Responses document's (app/api/responses/dialect.py).
+    event_dialect: Literal["auto", "openresponses", "openai"] = "auto"
+
+
 class AuthSettings(_Strict):
     keys: list[ApiKey] = []  # empty: no authentication
 
@@ -169,6 +175,7 @@ class GatewayConfig(_Strict):
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()
+    responses: ResponsesSettings = ResponsesSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}

@@ -6,7 +6,8 @@ it returns; a non-streaming answer runs the same encoder and returns
 construction the fold of the events.  Item mapping:
 
 * reasoning → ``reasoning`` item with one ``reasoning_text`` content part
-  (``response.reasoning.delta`` / ``.done``);
+  (``response.reasoning.delta`` / ``.done``; OpenAI's SDKs get ``response.reasoning_text.*``,
+  see :mod:`app.api.responses.dialect`);
 * preamble → assistant ``message`` with ``phase: "commentary"``;
 * final text → assistant ``message`` with ``phase: "final_answer"``;
 * tool call → ``function_call`` item (``response.function_call_arguments.*``).
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.logprobs import logprobs_content
+from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
@@ -49,9 +51,11 @@ class _Open:
 
 
 class ResponsesEncoder:
-    def __init__(self, resource: Json) -> None:
-        """``resource``: the response object as created (status ``in_progress``, empty output)."""
+    def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES) -> None:
+        """``resource``: the response object as created (status ``in_progress``, empty output);
+        ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`)."""
         self._resource = resource
+        self._dialect = dialect
         self._seq = 0
         self._open: _Open | None = None
         self.terminal = False
@@ -130,7 +134,7 @@ class ResponsesEncoder:
         else:
             logprobs = cur.logprobs if cur.kind == "text" else None
             part = self._part(cur.kind, text, logprobs)
-            done = "response.reasoning.done" if cur.kind == "reasoning" else "response.output_text.done"
+            done = self._dialect.reasoning_done if cur.kind == "reasoning" else "response.output_text.done"
             extra = {"logprobs": logprobs} if logprobs is not None else {}
             events.append(self._event(done, item_id=item["id"], output_index=idx, content_index=0,
                                       text=text, **extra))
@@ -150,7 +154,7 @@ class ResponsesEncoder:
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]
         if cur.kind == "reasoning":
-            return [self._event("response.reasoning.delta", item_id=item_id, output_index=idx,
+            return [self._event(self._dialect.reasoning_delta, item_id=item_id, output_index=idx,
                                 content_index=0, delta=text)]
         cur.logprobs.extend(logprobs or [])
         return [self._event("response.output_text.delta", item_id=item_id, output_index=idx,
@@ -201,7 +205,10 @@ class ResponsesEncoder:
         r["error"] = {"code": error.code, "message": error.message}
         self.terminal = True
         payload = error_fields(error.message, error.type, error.code, error.param)
-        return [*events, self._event("error", error=payload),
+        # OpenAI's flat event: code, message, param beside type "error" (the error's own type
+        # stays in the nested object only).
+        flat = {k: v for k, v in payload.items() if k != "type"} if self._dialect.flat_error else {}
+        return [*events, self._event("error", **flat, error=payload),
                 self._event("response.failed", response=self.snapshot())]
 
     def cancel(self) -> list[Json]:

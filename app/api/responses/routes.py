@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api.responses.dialect import choose
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.service import ResponsesService
 from app.http.auth import check_model, principal
@@ -33,7 +34,8 @@ def _named(payload: dict[str, Any]) -> bytes:
 async def create_response(body: CreateResponseBody, request: Request) -> Response:
     check_model(request, body.model)
     service = _service(request)
-    creating = service.create(body, principal(request))
+    dialect = choose(service.registry.config.responses.event_dialect, request.headers)
+    creating = service.create(body, principal(request), dialect)
     if body.background:  # does not wait for the backend, and outlives this request
         run = await creating
         assert isinstance(run.encoder, ResponsesEncoder)

@@ -14,6 +14,7 @@ import contextlib
 import time
 from typing import Any
 
+from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.ingest import build_conversation, generation_params, new_input_items
 from app.api.responses.store import ResponseStore, StoredResponse
@@ -139,7 +140,8 @@ class ResponsesService:
         output: list[Json] = prev.resource["output"]
         return prev.input_items + output
 
-    async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS) -> Run:
+    async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
+                     dialect: EventDialect = OPEN_RESPONSES) -> Run:
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         if body.background and body.stream:
@@ -154,7 +156,7 @@ class ResponsesService:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
             if plan.dropped_messages:
                 resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
-            return ResponsesEncoder(resource)
+            return ResponsesEncoder(resource, dialect)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         return await self.engine.start(

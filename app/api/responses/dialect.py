@@ -1,0 +1,50 @@
+"""Open Responses and the OpenAI API name a few streaming events differently.
+
+The Open Responses document streams chain of thought as ``response.reasoning.delta`` /
+``.done`` and nests the error event's fields under ``error``; OpenAI's API (and so the
+OpenAI SDKs' typed event parsers, and every agent framework built on them) uses
+``response.reasoning_text.delta`` / ``.done`` and a flat error event.  A client gets the
+names it parses, so nothing is silently dropped:
+
+* ``ocm-event-dialect: openai | openresponses`` on the request decides;
+* otherwise ``[responses] event_dialect`` (``auto`` by default): ``auto`` answers OpenAI's
+  SDKs (they identify themselves with ``x-stainless-*`` headers and an ``OpenAI/...``
+  user agent) in OpenAI's names, and everything else, the Open Responses compliance suite
+  and raw HTTP clients included, in the spec's.
+
+In the OpenAI dialect the error event carries both shapes (flat fields for the SDK, the
+nested ``error`` object for clients that read that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EventDialect:
+    name: str
+    reasoning_delta: str
+    reasoning_done: str
+    flat_error: bool
+
+
+OPEN_RESPONSES = EventDialect("openresponses", "response.reasoning.delta", "response.reasoning.done",
+                              flat_error=False)
+OPENAI = EventDialect("openai", "response.reasoning_text.delta", "response.reasoning_text.done",
+                      flat_error=True)
+DIALECTS = {d.name: d for d in (OPEN_RESPONSES, OPENAI)}
+HEADER = "ocm-event-dialect"
+
+
+def choose(setting: str, headers: Mapping[str, str]) -> EventDialect:
+    """The dialect for one request (``headers``: case-insensitive, like Starlette's)."""
+    asked = DIALECTS.get(headers.get(HEADER, "").strip().lower())
+    if asked is not None:
+        return asked
+    if setting in DIALECTS:
+        return DIALECTS[setting]
+    from_openai_sdk = ("x-stainless-lang" in headers
+                       or headers.get("user-agent", "").startswith(("OpenAI/", "AsyncOpenAI/")))
+    return OPENAI if from_openai_sdk else OPEN_RESPONSES
