@@ -99,6 +99,9 @@ def now() -> dt.datetime:
     return FROZEN_CLOCK.get() or dt.datetime.now(dt.UTC)
 
 
+_TOOL_VARIABLES = ("functions", "datetime")  # set with tools; a template may read them without
+
+
 @functools.lru_cache(maxsize=64)
 def _compiled(source: str) -> jinja2.Template:
     return environment().from_string(source)
@@ -120,7 +123,15 @@ def render_raw(source: str, messages: list[dict[str, Any]], *, tools: list[dict[
     try:
         template = (_compiled(source) if string_hook is None
                     else environment(string_hook).from_string(source))
-        return template.render(**context)
+        try:
+            return template.render(**context)
+        except jinja2.UndefinedError as exc:
+            # Templates written for ``functions`` (Firefunction) read it even without tools,
+            # as HF's apply_chat_template would be given it: render again with none offered.
+            if tools or not any(f"'{name}'" in str(exc) for name in _TOOL_VARIABLES):
+                raise
+            return template.render(**context, functions=_to_json([], string_hook, indent=2),
+                                   datetime=now().strftime("%b %d %Y %H:%M:%S GMT"))
     except InvalidRequest:
         raise
     except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError,
