@@ -16,7 +16,7 @@ from app.http.responses import JSONResponse, error_response
 
 
 def _param(loc: Sequence[Any]) -> str | None:
-    parts = [p for p in loc if p != "body"]
+    parts = [p for p in loc if p not in ("body", "query", "path")]
     out = ""
     for p in parts:
         if isinstance(p, int):
@@ -73,6 +73,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if status in (404, 405) and (status == 404 or not _static_route_matches(request)):
         return JSONResponse(error_body(f"Invalid URL ({request.method} {request.url.path})",
                                           "invalid_request_error", "not_found"), status_code=404)
+    if status == 405:  # every route of this path, not only the first that matched it
+        methods: dict[str, frozenset[str]] = getattr(request.app.state, "path_methods", {})
+        if request.url.path in methods:
+            headers = {**{k: v for k, v in (headers or {}).items() if k.lower() != "allow"},
+                       "Allow": ", ".join(sorted(methods[request.url.path]))}
     code = {405: "method_not_allowed"}.get(status, "http_error")
     return JSONResponse(error_body(str(exc.detail), "invalid_request_error", code),
                         status_code=status, headers=headers)
@@ -82,6 +87,11 @@ def install(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     app.state.static_paths = frozenset(
         path for router in routers for route in router.routes
         if "{" not in (path := getattr(route, "path", "{")))
+    methods: dict[str, set[str]] = {}
+    for router in routers:
+        for route in router.routes:
+            methods.setdefault(getattr(route, "path", ""), set()).update(getattr(route, "methods", ()) or ())
+    app.state.path_methods = {path: frozenset(m) for path, m in methods.items()}
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

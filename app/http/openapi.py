@@ -2,7 +2,7 @@
 
 FastAPI's generated document says every route answers 422 ``HTTPValidationError`` and 200
 with an empty schema. This gateway answers 400 with the OpenAI error object for invalid
-input (and 401 / 404 / 413 / 429 / 502 / 503 / 504 in the same shape), streams
+input (and 401 / 404 / 413 / 422 / 429 / 502 / 503 / 504 in the same shape), streams
 ``text/event-stream`` when asked, and has real bodies. :func:`document` rewrites the
 generated document accordingly; the schemas are documentation only (responses are not
 built from pydantic models: tests validate them against the Open Responses OpenAPI
@@ -53,6 +53,10 @@ _RESPONSE: Json = {  # the Open Responses resource (the full schema is in the Op
                                        "cancelled"]},
                    "model": {"type": "string"}, "output": {"type": "array"}},
 }
+_LIST: Json = {"type": "object", "required": ["object", "data", "first_id", "last_id", "has_more"],
+               "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _RESPONSE},
+                              "first_id": {"type": ["string", "null"]},
+                              "last_id": {"type": ["string", "null"]}, "has_more": {"type": "boolean"}}}
 _SSE: Json = {"text/event-stream": {"schema": {"type": "string", "description": (
     "Server-sent events, one JSON payload per `data:` line, ending with `data: [DONE]` (see README).")}}}
 _OK: dict[tuple[str, str], Json] = {
@@ -60,12 +64,14 @@ _OK: dict[tuple[str, str], Json] = {
     ("/invocations", "post"): {"application/json": {"schema": _CHAT_COMPLETION},
                                "application/jsonlines": {"schema": {"type": "string"}}},
     ("/v1/responses", "post"): {"application/json": {"schema": _RESPONSE}, **_SSE},
+    ("/v1/responses", "get"): {"application/json": {"schema": _LIST}},
     ("/v1/responses/{response_id}", "get"): {"application/json": {"schema": _RESPONSE}},
     ("/v1/responses/{response_id}/cancel", "post"): {"application/json": {"schema": _RESPONSE}},
     ("/metrics", "get"): {"text/plain": {"schema": {"type": "string"}}},
 }
 _ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key",
            "404": "Unknown model, response or URL", "413": "Request body too large",
+           "422": "The model called a function the request does not allow (tool_not_allowed)",
            "429": "Rate limited", "502": "Backend failure", "503": "At capacity",
            "504": "Backend timeout"}
 
@@ -85,7 +91,7 @@ def document(app: FastAPI) -> Json:
             ok = _OK.get((path, method))
             if ok is not None:
                 responses.setdefault("200", {"description": "Successful Response"})["content"] = ok
-            if method == "post" or "{" in path:
+            if method == "post" or "{" in path or op.get("parameters"):
                 for status, description in _ERRORS.items():
                     responses[status] = {"description": description, "content": {
                         "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}

@@ -1,10 +1,10 @@
-"""Open Responses routes: create, retrieve, delete, input items, cancel."""
+"""Open Responses routes: create, list, retrieve, delete, input items, cancel."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.api.responses.dialect import choose
@@ -45,6 +45,19 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     # Until the first upstream event nothing has been sent: a client that leaves cancels it.
     run = await cancel_on_disconnect(request, creating)
     return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
+
+
+@router.get("/v1/responses")
+async def list_responses(request: Request, limit: int = Query(20, ge=1, le=100),
+                         after: str | None = None,
+                         order: Literal["asc", "desc"] = "desc") -> Response:
+    """The caller's stored responses, newest first (``order=asc`` for oldest first), paged
+    with ``limit`` and ``after`` (the last id of the previous page)."""
+    data, more = await _service(request).page(principal(request), limit=limit, after=after,
+                                              ascending=order == "asc")
+    return JSONResponse({"object": "list", "data": data,
+                         "first_id": data[0]["id"] if data else None,
+                         "last_id": data[-1]["id"] if data else None, "has_more": more})
 
 
 @router.get("/v1/responses/{response_id}")

@@ -170,6 +170,22 @@ class ResponsesService:
             return _encoder(run).snapshot()
         return (await self._stored(response_id, who)).resource
 
+    async def page(self, who: Principal, *, limit: int, after: str | None, ascending: bool,
+                   ) -> tuple[list[Json], bool]:
+        """A page of ``who``'s stored responses on models ``who`` may use, and whether more
+        follow; ``after`` must be one of them (else 404)."""
+        out: list[Json] = []
+        cursor = after
+        while len(out) <= limit:
+            batch = await self.store.page(who.tenant, limit=limit + 1, after=cursor, ascending=ascending)
+            if batch is None:
+                raise _not_found(str(after), "after")
+            out += [r for r in batch if who.may_use(str(r.get("model")))]
+            if len(batch) <= limit:
+                break
+            cursor = str(batch[-1]["id"])
+        return out[:limit], len(out) > limit
+
     async def input_items(self, response_id: str, who: Principal = ANONYMOUS) -> list[Json]:
         return (await self._stored(response_id, who)).input_items
 

@@ -75,9 +75,12 @@ class ResponseStore:
         return str(row[0]) if row else ""
 
     async def put(self, resource: dict[str, Any], input_items: list[dict[str, Any]], owner: str) -> None:
+        # An upsert, not INSERT OR REPLACE: the row keeps its rowid, which is creation order.
         await self._db.execute(
-            "INSERT OR REPLACE INTO responses (id, created_at, status, resource, input_items, owner, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO responses (id, created_at, status, resource, input_items, owner, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, "
+            "status = excluded.status, resource = excluded.resource, input_items = excluded.input_items, "
+            "owner = excluded.owner, updated_at = excluded.updated_at",
             (resource["id"], resource["created_at"], resource["status"], orjson.dumps(resource),
              orjson.dumps(input_items), owner, time.time()))
         await self._db.commit()
@@ -105,3 +108,24 @@ class ResponseStore:
                                      (response_id, owner))
         await self._db.commit()
         return (cur.rowcount or 0) > 0
+
+    async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
+                   ) -> list[dict[str, Any]] | None:
+        """Up to ``limit`` of ``owner``'s resources in creation order (rowid; newest first unless
+        ``ascending``), starting after the response ``after``; None when ``after`` is not one
+        of ``owner``'s responses."""
+        sign, order = (">", "ASC") if ascending else ("<", "DESC")
+        where, args = "owner = ?", [owner]
+        if after is not None:
+            async with self._db.execute("SELECT rowid FROM responses WHERE id = ? AND owner = ?",
+                                        (after, owner)) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            where += f" AND rowid {sign} ?"
+            args.append(row[0])
+        async with self._db.execute(
+                f"SELECT resource FROM responses WHERE {where} ORDER BY rowid {order} LIMIT ?",
+                (*args, limit)) as cur:
+            rows = await cur.fetchall()
+        return [orjson.loads(row[0]) for row in rows]

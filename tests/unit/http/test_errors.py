@@ -184,3 +184,9 @@ async def test_a_bug_is_a_500_with_the_request_id_not_a_reset() -> None:
             assert _assert_error_shape(r.json())["code"] == "internal_error"
             assert "a bug" not in r.text  # no internals leak
             assert (await c.get("/health")).status_code == 200
+
+
+async def test_405_lists_every_method_of_the_path() -> None:
+    async with gateway(Replay("03a_completion_tokenids_stream").transport()) as client:
+        r = await client.put("/v1/responses", json={})
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"

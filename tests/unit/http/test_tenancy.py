@@ -105,3 +105,36 @@ async def test_store_from_before_tenancy_is_migrated(tmp_path: Path) -> None:
         assert r.status_code == 200
     rows = dict(sqlite3.connect(path).execute("SELECT id, owner FROM responses").fetchall())
     assert rows == {"resp_old": "", r.json()["id"]: "team-b"}
+
+
+async def test_the_list_pages_through_the_callers_own_responses_only() -> None:
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(), _config()) as c:
+        mine = []
+        for i in range(5):
+            r = await c.post("/v1/responses", headers=_as("a"), json={"model": MODEL, "input": f"q{i}"})
+            assert r.status_code == 200, r.text
+            mine.append(r.json()["id"])
+        b = await c.post("/v1/responses", headers=_as("b"), json={"model": MODEL, "input": "x"})
+        other = b.json()["id"]
+        newest_first = list(reversed(mine))
+        seen, after = [], None
+        while True:
+            params: dict[str, Any] = {"limit": 2} | ({"after": after} if after else {})
+            page = (await c.get("/v1/responses", headers=_as("a"), params=params)).json()
+            assert page["object"] == "list" and len(page["data"]) <= 2
+            seen += [r["id"] for r in page["data"]]
+            if not page["has_more"]:
+                break
+            after = page["last_id"]
+        asc = await c.get("/v1/responses", headers=_as("a"), params={"order": "asc", "limit": 100})
+        oldest = asc.json()
+        theirs = (await c.get("/v1/responses", headers=_as("b"))).json()
+        limited = (await c.get("/v1/responses", headers=_as("a-limited"))).json()  # MODEL excluded
+        foreign_cursor = await c.get("/v1/responses", headers=_as("a"), params={"after": other})
+        bad_limit = await c.get("/v1/responses", headers=_as("a"), params={"limit": 0})
+    assert seen == newest_first  # every page in order, nothing twice, nothing missing
+    assert [r["id"] for r in oldest["data"]] == mine and oldest["has_more"] is False
+    assert [r["id"] for r in theirs["data"]] == [other]
+    assert limited["data"] == [] and limited["has_more"] is False
+    assert foreign_cursor.status_code == 404 and foreign_cursor.json()["error"]["param"] == "after"
+    assert bad_limit.status_code == 400 and bad_limit.json()["error"]["param"] == "limit"
