@@ -113,7 +113,7 @@ def request_body(model: str, conv: Conversation, prompt: Prompt,
             schema["strict"] = fmt.strict
         body["response_format"] = {"type": "json_schema", "json_schema": schema}
     for name in ("max_tokens", "temperature", "top_p", "seed", "frequency_penalty",
-                 "presence_penalty", "reasoning_effort"):
+                 "presence_penalty", "reasoning_effort", "user"):
         value = getattr(params, name)
         if value is not None:
             body[name] = value

@@ -108,3 +108,4 @@ class GenerationParams:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     ignore_eos: bool = False  # keep generating past the model's end (benchmarks); the answer still ends there
+    user: str | None = None  # the end user, for upstreams that track abuse per user (OpenAI-compatible)

@@ -144,6 +144,7 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
         top_p=req.top_p,
         seed=req.seed,
         ignore_eos=req.ignore_eos,
+        user=req.user,
         frequency_penalty=req.frequency_penalty,
         presence_penalty=req.presence_penalty,
         stop=stop,

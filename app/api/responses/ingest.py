@@ -210,4 +210,5 @@ def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
         reasoning_effort=reasoning_effort(body.reasoning.effort if body.reasoning else None),
         tool_choice=_tool_choice(body, tools),
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+        user=body.safety_identifier or body.user,
     )

@@ -208,3 +208,15 @@ async def test_parallel_tool_calls_false_returns_one_call(backend: str, parallel
     check_stream(events)
     output = events[-1]["response"]["output"]
     assert [item["call_id"] for item in output] == (["call_a", "call_b"] if parallel else ["call_a"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_end_user_reaches_an_openai_compatible_upstream(backend: str) -> None:
+    fake = FakeChat(Script([("text", "Hi")]), backend)
+    async with gateway(fake.transport(), _cfg(backend)) as c:
+        await c.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "user": "user-42"})
+        await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "safety_identifier": "sid-7"})
+    sent = [body.get("user") for body in fake.requests]
+    # Ollama's /api/chat has no such field; an OpenAI-compatible server gets it (abuse tracking).
+    assert sent == ([None, None] if backend == "ollama" else ["user-42", "sid-7"])
