@@ -6,6 +6,7 @@ caches it; the server fills in the per-request holes (ids, ``created``, ``date``
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,7 @@ def status_line(status: int) -> bytes:
     return b"HTTP/1.1 %d %s\r\n" % (status, reason)
 
 
-class Dialect:
+class Dialect(ABC):
     """One server personality: routes a request to a (cached) :class:`Reply`."""
 
     def __init__(self, script: Script, settings: Settings) -> None:
@@ -93,8 +94,9 @@ class Dialect:
             self._cache[key] = cached
         return cached
 
+    @abstractmethod
     def build(self, method: str, path: str, body: bytes) -> Reply:
-        raise NotImplementedError
+        """The whole answer to one request (status, headers, body events)."""
 
     def keep_alive_line(self) -> bytes:
         """The header a kept-alive response carries (replaced by ``Connection: close``)."""
