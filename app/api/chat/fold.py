@@ -23,25 +23,44 @@ class FoldedToolCall:
 
 @dataclass(slots=True)
 class Folded:
-    reasoning: str = ""
-    preamble: str = ""
-    text: str = ""
-    content: str = ""  # preambles and answer text in the order they streamed
+    """Text is kept as pieces and joined on read: one append per event, not a copy of all
+    the text so far (``str +=`` on an attribute is quadratic over a long answer)."""
+
     tool_calls: list[FoldedToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: ev.FinishReason | None = None
     usage: Usage = field(default_factory=Usage)
     error: ev.Error | None = None
+    _reasoning: list[str] = field(default_factory=list)
+    _preamble: list[str] = field(default_factory=list)
+    _text: list[str] = field(default_factory=list)
+    _content: list[str] = field(default_factory=list)  # preambles and answer text, in stream order
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    @property
+    def preamble(self) -> str:
+        return "".join(self._preamble)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def content(self) -> str:
+        return "".join(self._content)
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.ReasoningDelta):
-            self.reasoning += event.text
+            self._reasoning.append(event.text)
         elif isinstance(event, ev.PreambleDelta):
-            self.preamble += event.text
-            self.content += event.text
+            self._preamble.append(event.text)
+            self._content.append(event.text)
         elif isinstance(event, ev.TextDelta):
-            self.text += event.text
-            self.content += event.text
+            self._text.append(event.text)
+            self._content.append(event.text)
             if event.logprobs:
                 self.logprobs.extend(event.logprobs)
         elif isinstance(event, ev.ToolCallStarted):
