@@ -1,8 +1,16 @@
 """The overhead benchmark's subprocesses: the fake upstream and one gateway per source tree.
 
 Each runs with its tree's code (``cwd`` and ``PYTHONPATH``); the gateway is started through the
-tree's ``ocm-gateway`` entry point and reports where ``app`` and ``adapters`` came from, which
-must be that tree. Also the CPU time of a process, read from ``/proc``.
+tree's ``ocm-gateway`` entry point (``--workers N`` for a tree with several workers) and reports
+where ``app`` and ``adapters`` came from, which must be that tree. Also the CPU time of a process
+and its descendants (uvicorn's worker processes), read from ``/proc``.
+
+With several workers uvicorn binds the listening socket itself, as ``socket.socket(AF_INET)``:
+protocol 0, so asyncio does not set ``TCP_NODELAY`` on the accepted connections (it does so only
+for ``IPPROTO_TCP`` sockets) and a response written in two pieces waits for the client's delayed
+ACK (~40 ms at concurrency 1). A tree with ``nodelay`` (``--workers-nodelay``, a benchmark-only
+patch of the launcher, not of the gateway) re-labels that socket as ``IPPROTO_TCP``, to measure
+what the workers give without that delay.
 """
 
 from __future__ import annotations
@@ -32,10 +40,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3 on: state, ppid, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """utime + stime of a process and of its live descendants (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = _stat(entry.name)
+                parents[int(entry.name)] = int(fields[1])
+                times[int(entry.name)] = int(fields[11]) + int(fields[12])
+    mine = {pid}
+    grew = True
+    while grew:  # descendants: parent chains into ``mine``
+        before = len(mine)
+        mine |= {child for child, parent in parents.items() if parent in mine}
+        grew = len(mine) > before
+    return sum(times.get(p, 0) for p in mine) / CLK_TCK
 
 
 @dataclass
@@ -118,8 +144,17 @@ class Gateway:
 # ``python -c LAUNCHER MODULE:FUNCTION ARGS...``: the tree's ``ocm-gateway`` entry point with
 # ARGS, first saying where its packages come from.
 LAUNCHER = """\
-import importlib, json, sys
+import importlib, json, os, socket, sys
 import adapters, app
+if os.environ.get("OCM_OVERHEAD_NODELAY") == "1":
+    import uvicorn.config
+    bind = uvicorn.config.Config.bind_socket
+    def bind_tcp(self):
+        sock = bind(self)
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return sock
+        return socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
+    uvicorn.config.Config.bind_socket = bind_tcp
 module, _, function = sys.argv.pop(1).partition(":")
 main = getattr(importlib.import_module(module), function)
 print("ocm-overhead-imports " + json.dumps({"app": app.__file__, "adapters": adapters.__file__}),
@@ -144,7 +179,8 @@ def imported_from(log_path: Path, tree: Tree) -> dict[str, str]:
 
 @contextlib.contextmanager
 def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iterator[Gateway]:
-    """``ocm-gateway serve`` from ``tree`` (cwd and ``PYTHONPATH``), config and log in ``workdir``."""
+    """``ocm-gateway serve`` from ``tree`` (cwd and ``PYTHONPATH``), config and log in ``workdir``,
+    with ``--workers N`` when the tree asks for more than one worker."""
     port = free_port()
     config = gateway_config(port, fake)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -152,10 +188,10 @@ def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iter
     cfg_path.write_text(config)
     log_path = workdir / "gateway.log"
     cmd = [sys.executable, "-c", LAUNCHER, tree.entry, "serve", "--config", str(cfg_path),
-           "--log-level", log_level]
+           "--log-level", log_level, *(["--workers", str(tree.workers)] if tree.workers != 1 else [])]
+    env = tree_env(tree) | ({"OCM_OVERHEAD_NODELAY": "1"} if tree.nodelay else {})
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, cwd=tree.path, env=tree_env(tree), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=tree.path, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -163,7 +199,8 @@ def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iter
             if proc.poll() is not None:
                 raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log_tail(log_path)}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200 \
+                        and started(log_path, tree.workers, log_level):
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gateway not ready after 60 s:\n{log_tail(log_path)}")
@@ -176,6 +213,14 @@ def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iter
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def started(log_path: Path, workers: int, log_level: str) -> bool:
+    """Every worker has logged uvicorn's startup line (only looked for with several workers and a
+    log level that shows it: one worker answering ``/ready`` is enough otherwise)."""
+    if workers == 1 or log_level not in ("info", "debug"):
+        return True
+    return log_path.read_bytes().count(b"Application startup complete") >= workers
 
 
 def log_tail(path: Path, chars: int = 3000) -> str:

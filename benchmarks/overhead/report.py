@@ -1,11 +1,12 @@
-"""The markdown report: the setup paragraph, one tree's tables, and the B-vs-A comparison table."""
+"""The markdown report: the setup paragraph, one tree's tables, and the B-vs-A comparison table
+(two trees, or the gateway and LiteLLM)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from benchmarks.overhead.targets import TARGETS
+from benchmarks.overhead.targets import ALL_TARGETS
 
 
 def fmt(value: float, digits: int = 3) -> str:
@@ -30,17 +31,18 @@ def setup_text(meta: dict[str, Any]) -> str:
         f"then {a['seconds']} s at concurrency {a['concurrency']} per target. Cells: median over "
         "rounds [min, max]. *Added* = gateway − its baseline, the direct request to the fake that "
         "the gateway makes for it (llama.cpp `/completion` stream for Harmony, OpenAI chat for "
-        "passthrough), taken within each round; likewise the throughput ratio.")
+        "passthrough), taken within each round; likewise the throughput ratio. *Proxy CPU*: the "
+        "gateway's (all its processes), or LiteLLM's for the LiteLLM rows.")
 
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any], log: dict[str, Any]) -> str:
     """The report of one tree (without a title)."""
     a = meta["args"]
-    labels = {t.name: t.label for t in TARGETS}
+    labels = {t.name: t.label for t in ALL_TARGETS.values()}
     lines = [
         "### Latency at concurrency 1 (ms, request sent → last byte, client-side)",
         "",
-        "| target | p50 | p99 | added p50 | added p99 | first byte p50 | gateway CPU µs/req |",
+        "| target | p50 | p99 | added p50 | added p99 | first byte p50 | proxy CPU µs/req |",
         "|---|---|---|---|---|---|---|",
     ]
     for s in summary.values():
@@ -56,7 +58,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any], log: dict[str, Any])
         "",
         f"### Throughput at concurrency {a['concurrency']}",
         "",
-        "| target | req/s | × baseline | p50 ms | p99 ms | CPU µs/req gateway / fake / client |",
+        "| target | req/s | × baseline | p50 ms | p99 ms | CPU µs/req proxy / fake / client |",
         "|---|---|---|---|---|---|",
     ]
     for s in summary.values():
@@ -80,8 +82,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any], log: dict[str, Any])
     for name, s in summary.items():
         up = s["upstream"]
         per = f"{up['requests'] / up['connections']:.1f}" if up["connections"] else "all reused"
-        target = next(t for t in TARGETS if t.name == name)
-        who = f"{'gateway' if target.server == 'gateway' else 'client'} → fake {target.upstream}"
+        target = ALL_TARGETS[name]
+        who = f"{target.server if target.server in ('gateway', 'litellm') else 'client'} → fake " \
+              f"{target.upstream}"
         lines.append(f"| {s['label']} | {who} | {s['requests_ok']} | {s['errors']} | "
                      f"{up['connections']} | {up['requests']} | {per} |")
     errors = [(s["label"], s["first_error"]) for s in summary.values() if s["first_error"]]
@@ -96,11 +99,12 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any], log: dict[str, Any])
     return "\n".join(lines)
 
 
-def comparison_markdown(comparison: dict[str, Any], a: str, b: str, concurrency: int) -> str:
+def comparison_markdown(comparison: dict[str, Any], a: str, b: str, concurrency: int,
+                        title: str | None = None, what: str = "both trees") -> str:
     lines = [
-        f"## {b} vs {a}",
+        title or f"## {b} vs {a}",
         "",
-        f"Per round: {b} − {a} and {b} / {a} of the same metric, both trees measured back to back "
+        f"Per round: {b} − {a} and {b} / {a} of the same metric, {what} measured back to back "
         "in that round (the added latencies against the same baseline phase, so the baseline "
         f"cancels in the difference); then median [min, max] over rounds. The last column: in how "
         f"many rounds {b}'s value was the higher one.",

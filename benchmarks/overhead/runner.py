@@ -1,5 +1,5 @@
 """Measuring: one phase (a target at a concurrency, with warm-up, CPU and fake counters, checked
-answers), the rotated order of a round, and the warm-up plus all rounds."""
+answers), the rotated order of a round, and the warm-up plus all rounds (then ``--sweep``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import orjson
 
 from benchmarks.overhead.client import RawClient, percentile, sse_content
 from benchmarks.overhead.processes import Fake, Gateway, cpu_seconds
-from benchmarks.overhead.targets import HARMONY_PROMPT, TARGETS, UPSTREAM_COUNTERS, Phase, Target
+from benchmarks.overhead.proxy import Proxy
+from benchmarks.overhead.sweep import sweep
+from benchmarks.overhead.targets import HARMONY_PROMPT, UPSTREAM_COUNTERS, Phase, Target
 
 T = TypeVar("T")
 
@@ -26,21 +28,29 @@ class Runner:
     """Sends requests to the targets and checks the answers."""
 
     def __init__(self, client: httpx.AsyncClient, raw: RawClient | None, fake: Fake,
-                 gateways: dict[str, Gateway], prompt_ids: list[int]) -> None:
+                 gateways: dict[str, Gateway], litellm: Proxy | None, targets: Sequence[Target],
+                 prompt_ids: list[int]) -> None:
         self.client = client  # httpx: the fake's control port, and requests with --client httpx
         self.raw = raw
         self.fake = fake
         self.gateways = gateways  # by tree label
         self.answer = fake.answer
         self.answer_json = orjson.dumps(fake.answer)
-        self.bodies = {t.name: t.body(prompt_ids) for t in TARGETS}
+        self.bodies = {t.name: t.body(prompt_ids) for t in targets}
         self.urls: dict[tuple[str, str | None], str] = {}
-        for t in TARGETS:
+        for t in targets:
             if t.server == "gateway":
                 for label, gateway in gateways.items():
                     self.urls[(t.name, label)] = gateway.url + t.path
+            elif t.server == "litellm":
+                assert litellm is not None, "a LiteLLM target without the LiteLLM proxy"
+                self.urls[(t.name, None)] = litellm.url + t.path
             else:
                 self.urls[(t.name, None)] = fake.urls[t.server] + t.path
+        # the proxies whose CPU time is read: the gateways by tree label, and "litellm"
+        self.proxies = {label: g.process.pid for label, g in gateways.items()}
+        if litellm is not None:
+            self.proxies["litellm"] = litellm.process.pid
         self.llamacpp_content = "<|channel|>final<|message|>" + fake.answer
         self._seq = 0
 
@@ -112,24 +122,26 @@ class Runner:
         resp = await self.client.get(self.fake.urls["control"] + "/stats")
         return dict(resp.json())
 
-    def cpu(self, tree: str | None) -> dict[str, float]:
-        """CPU seconds so far: ``gateway`` is ``tree``'s gateway (for a direct target: all of
-        them, idle), ``idle_gateways`` the others (expected ~0)."""
-        per = {label: cpu_seconds(g.process.pid) for label, g in self.gateways.items()}
-        mine = per.pop(tree) if tree is not None else sum(per.values())
-        return {"gateway": mine, "idle_gateways": sum(per.values()) if tree is not None else 0.0,
+    def cpu(self, proxy: str | None) -> dict[str, float]:
+        """CPU seconds so far: ``gateway`` is the proxy measured (a tree's gateway or LiteLLM,
+        with its worker processes; for a direct target: all proxies, idle), ``idle_gateways``
+        the other proxies (expected ~0)."""
+        per = {label: cpu_seconds(pid) for label, pid in self.proxies.items()}
+        mine = per.pop(proxy) if proxy is not None else sum(per.values())
+        return {"gateway": mine, "idle_gateways": sum(per.values()) if proxy is not None else 0.0,
                 "fake": cpu_seconds(self.fake.process.pid), "client": time.process_time()}
 
     async def phase(self, target: Target, tree: str | None, rnd: int, kind: str, concurrency: int,
                     requests: int, seconds: float, warmup: int) -> Phase:
         tag = f"bench-{target.name}-r{rnd}-{kind}"
+        proxy = "litellm" if target.server == "litellm" else tree
         for _ in range(warmup):  # re-establish this target's connections, not measured
             await self.request(target, tree, f"{tag}-warm", True)
         result = Phase(target.name, rnd, kind, concurrency, tree)
         latencies: list[float] = []
         firsts: list[float] = []
         errors: list[str] = []
-        stats0, cpu0 = await self.fake_stats(), self.cpu(tree)
+        stats0, cpu0 = await self.fake_stats(), self.cpu(proxy)
         t0 = time.perf_counter()
         deadline = t0 + seconds
 
@@ -145,7 +157,7 @@ class Runner:
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         result.wall_s = time.perf_counter() - t0
-        cpu1, stats1 = self.cpu(tree), await self.fake_stats()
+        cpu1, stats1 = self.cpu(proxy), await self.fake_stats()
         done = len(latencies) + len(errors)
         result.ok, result.errors = len(latencies), len(errors)
         result.first_error = errors[0] if errors else None
@@ -166,11 +178,12 @@ def rotated(items: Sequence[T], by: int) -> list[T]:
     return [items[(i + by) % len(items)] for i in range(len(items))]
 
 
-def round_order(rnd: int, trees: Sequence[str]) -> list[tuple[Target, str | None]]:
+def round_order(rnd: int, trees: Sequence[str], targets: Sequence[Target],
+                ) -> list[tuple[Target, str | None]]:
     """What round ``rnd`` measures, in order: the targets rotated by the round, each gateway
     target once per tree, the trees back to back and rotated by the round as well."""
     order: list[tuple[Target, str | None]] = []
-    for target in rotated(TARGETS, rnd):
+    for target in rotated(targets, rnd):
         if target.server == "gateway":
             order += [(target, tree) for tree in rotated(trees, rnd)]
         else:
@@ -186,21 +199,22 @@ async def tokenize(client: httpx.AsyncClient, fake: Fake, text: str) -> list[int
     return [int(t) for t in resp.json()["tokens"]]
 
 
-async def measure(fake: Fake, gateways: dict[str, Gateway], args: argparse.Namespace,
-                  ) -> list[Phase]:
+async def measure(fake: Fake, gateways: dict[str, Gateway], litellm: Proxy | None,
+                  targets: Sequence[Target], args: argparse.Namespace) -> list[Phase]:
     limits = httpx.Limits(max_connections=args.concurrency * 2,
                           max_keepalive_connections=args.concurrency * 2)
     phases: list[Phase] = []
     raw = RawClient() if args.client == "raw" else None
     trees = list(gateways)
     async with httpx.AsyncClient(limits=limits, timeout=60.0) as client:
-        runner = Runner(client, raw, fake, gateways, await tokenize(client, fake, HARMONY_PROMPT))
-        for target, tree in round_order(0, trees):  # warm-up: imports, caches, pools (not reported)
+        runner = Runner(client, raw, fake, gateways, litellm, targets,
+                        await tokenize(client, fake, HARMONY_PROMPT))
+        for target, tree in round_order(0, trees, targets):  # warm-up: imports, caches, pools (not reported)
             await runner.phase(target, tree, -1, "latency", 1, args.warmup, 0, 0)
             await runner.phase(target, tree, -1, "throughput", args.concurrency, 0,
                                args.seconds / 4, 0)
         for rnd in range(args.rounds):
-            order = round_order(rnd, trees)
+            order = round_order(rnd, trees, targets)
             for target, tree in order:
                 phase = await runner.phase(target, tree, rnd, "latency", 1, args.requests, 0, 10)
                 phases.append(phase)
@@ -210,6 +224,8 @@ async def measure(fake: Fake, gateways: dict[str, Gateway], args: argparse.Names
                                            args.seconds, 0)
                 phases.append(phase)
                 progress(phase)
+        if args.sweep:
+            phases += await sweep(runner.phase, progress, trees, targets, args)
     if raw is not None:
         raw.close()
     return phases
@@ -217,6 +233,7 @@ async def measure(fake: Fake, gateways: dict[str, Gateway], args: argparse.Names
 
 def progress(p: Phase) -> None:
     where = f" [{p.tree}]" if p.tree else ""
-    print(f"  round {p.round} {p.kind:<10} {p.target + where:<24} ok {p.ok:>5} err {p.errors:>3} "
+    kind = p.kind if p.kind != "sweep" else f"c={p.concurrency}"
+    print(f"  round {p.round} {kind:<10} {p.target + where:<24} ok {p.ok:>5} err {p.errors:>3} "
           f"p50 {p.p50_ms:7.3f} ms  p99 {p.p99_ms:7.3f} ms  {p.rps:8.1f} req/s", file=sys.stderr,
           flush=True)

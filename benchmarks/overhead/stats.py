@@ -1,5 +1,6 @@
 """Turning phases into numbers: per-tree summaries against the direct baselines, the comparison
-of two trees round by round, and the gateway's own log (errors, its view of its overhead)."""
+of two trees (or of the gateway and LiteLLM) round by round, and the gateway's own log (errors,
+its view of its overhead)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.overhead.targets import TARGETS, UPSTREAM_COUNTERS, Phase, Target
+from benchmarks.overhead.targets import ALL_TARGETS, LITELLM_PAIRS, UPSTREAM_COUNTERS, Phase, Target
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
@@ -30,15 +31,17 @@ def index(phases: list[Phase]) -> dict[PhaseKey, Phase]:
 
 
 def tree_of(target: Target, tree: str) -> str | None:
-    """The tree a target's phases carry: ``tree`` for a gateway target, None for a direct one."""
+    """The tree a target's phases carry: ``tree`` for a gateway target, None for the others."""
     return tree if target.server == "gateway" else None
 
 
-def summarize(phases: list[Phase], rounds: int, tree: str) -> dict[str, Any]:
-    """Per target, the gateway targets of ``tree`` against the (shared) direct baselines."""
+def summarize(phases: list[Phase], rounds: int, tree: str, targets: Sequence[Target],
+              ) -> dict[str, Any]:
+    """Per target, the gateway targets of ``tree`` (and LiteLLM's) against the (shared) direct
+    baselines."""
     by = index(phases)
     out: dict[str, Any] = {}
-    for target in TARGETS:
+    for target in targets:
         t = target.name
         where = tree_of(target, tree)
         base = target.baseline or t
@@ -105,31 +108,49 @@ COMPARED = {
 }
 
 
-def compare(phases: list[Phase], rounds: int, a: str, b: str) -> dict[str, Any]:
-    """Tree ``b`` against tree ``a``, per gateway target and metric: both values, the difference
-    b - a and the ratio b / a taken within each round (then median, min, max over rounds), and
-    the number of rounds in which b was higher."""
-    by = index(phases)
-    out: dict[str, Any] = {}
-    for target in TARGETS:
-        if target.baseline is None:
+Series = tuple[str, str | None]  # target, tree
+
+
+def _metrics(by: dict[PhaseKey, Phase], a: Series, b: Series, target: Target, rounds: int,
+             ) -> dict[str, Any]:
+    """Each compared metric of ``b``'s phases against ``a``'s: both values, the difference b - a
+    and the ratio b / a taken within each round (then median, min, max over rounds), and the
+    number of rounds in which b was higher. Added latencies are taken against ``target``'s
+    baseline phase of the same round for both, so the baseline cancels in the difference."""
+    assert target.baseline is not None
+    metrics: dict[str, Any] = {}
+    for name, metric in COMPARED.items():
+        if metric.stream_only and not target.stream:
             continue
-        metrics: dict[str, Any] = {}
-        for name, metric in COMPARED.items():
-            if metric.stream_only and not target.stream:
-                continue
-            base = [by[(target.baseline, None, metric.kind, r)] for r in range(rounds)]
-            va = [metric.value(by[(target.name, a, metric.kind, r)], base[r]) for r in range(rounds)]
-            vb = [metric.value(by[(target.name, b, metric.kind, r)], base[r]) for r in range(rounds)]
-            diff = [y - x for x, y in zip(va, vb, strict=True)]
-            metrics[name] = {
-                "label": metric.label, "a": _spread(va), "b": _spread(vb), "diff": _spread(diff),
-                "ratio": _spread([y / x if x > 0 else math.nan for x, y in zip(va, vb, strict=True)]),
-                "b_higher_rounds": sum(d > 0 for d in diff), "rounds": rounds,
-                "per_round": {"a": va, "b": vb},
-            }
-        out[target.name] = {"label": target.label, "metrics": metrics}
-    return out
+        base = [by[(target.baseline, None, metric.kind, r)] for r in range(rounds)]
+        va = [metric.value(by[(*a, metric.kind, r)], base[r]) for r in range(rounds)]
+        vb = [metric.value(by[(*b, metric.kind, r)], base[r]) for r in range(rounds)]
+        diff = [y - x for x, y in zip(va, vb, strict=True)]
+        metrics[name] = {
+            "label": metric.label, "a": _spread(va), "b": _spread(vb), "diff": _spread(diff),
+            "ratio": _spread([y / x if x > 0 else math.nan for x, y in zip(va, vb, strict=True)]),
+            "b_higher_rounds": sum(d > 0 for d in diff), "rounds": rounds,
+            "per_round": {"a": va, "b": vb},
+        }
+    return metrics
+
+
+def compare(phases: list[Phase], rounds: int, a: str, b: str, targets: Sequence[Target],
+            ) -> dict[str, Any]:
+    """Tree ``b`` against tree ``a``, per gateway target and metric (see :func:`_metrics`)."""
+    by = index(phases)
+    return {t.name: {"label": t.label, "metrics": _metrics(by, (t.name, a), (t.name, b), t, rounds)}
+            for t in targets if t.server == "gateway" and t.baseline is not None}
+
+
+def versus_litellm(phases: list[Phase], rounds: int, tree: str, targets: Sequence[Target],
+                   ) -> dict[str, Any]:
+    """LiteLLM (b) against the gateway of ``tree`` (a), sent the same request, per metric."""
+    by = index(phases)
+    names = {t.name for t in targets}
+    return {gw: {"label": ALL_TARGETS[gw].label.replace("gateway → ", ""),
+                 "metrics": _metrics(by, (gw, tree), (lite, None), ALL_TARGETS[gw], rounds)}
+            for gw, lite in LITELLM_PAIRS if gw in names and lite in names}
 
 
 def gateway_log_summary(path: Path) -> dict[str, Any]:

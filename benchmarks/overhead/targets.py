@@ -25,7 +25,7 @@ class Target:
 
     name: str
     label: str
-    server: str  # "gateway", "openai" or "llamacpp"
+    server: str  # "gateway", "litellm" (the LiteLLM proxy), "openai" or "llamacpp"
     model: str
     stream: bool
     upstream: str  # the fake's dialect this target ends up at
@@ -62,6 +62,30 @@ TARGETS = (
     Target("passthrough", "gateway → OpenAI passthrough, non-stream", "gateway", CHAT_MODEL, False,
            "openai", "direct"),
 )
+# --stream-passthrough (and --litellm): an OpenAI chat stream, direct and through the gateway
+STREAM_TARGETS = (
+    Target("direct_stream", "direct to fake: OpenAI chat, stream", "openai", UPSTREAM_CHAT_MODEL,
+           True, "openai"),
+    Target("passthrough_stream", "gateway → OpenAI passthrough, stream", "gateway", CHAT_MODEL,
+           True, "openai", "direct_stream"),
+)
+# --litellm: the same requests as the passthrough targets through the LiteLLM proxy
+LITELLM_TARGETS = (
+    Target("litellm", "LiteLLM proxy → OpenAI chat, non-stream", "litellm", CHAT_MODEL, False,
+           "openai", "direct"),
+    Target("litellm_stream", "LiteLLM proxy → OpenAI chat, stream", "litellm", CHAT_MODEL, True,
+           "openai", "direct_stream"),
+)
+ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS)}
+# gateway target -> the LiteLLM target sent the same request (compared side by side)
+LITELLM_PAIRS = (("passthrough", "litellm"), ("passthrough_stream", "litellm_stream"))
+
+
+def select_targets(stream_passthrough: bool, litellm: bool) -> tuple[Target, ...]:
+    """The measured targets: the default five, plus the streaming passthrough pair (implied by
+    ``litellm``), plus the LiteLLM targets."""
+    return (*TARGETS, *(STREAM_TARGETS if stream_passthrough or litellm else ()),
+            *(LITELLM_TARGETS if litellm else ()))
 
 
 @dataclass
@@ -70,9 +94,9 @@ class Phase:
 
     target: str
     round: int
-    kind: str  # "latency" (concurrency 1) or "throughput"
+    kind: str  # "latency" (concurrency 1), "throughput" or "sweep" (--sweep: any concurrency)
     concurrency: int
-    tree: str | None = None  # the gateway's source tree (None: a direct target)
+    tree: str | None = None  # the gateway's source tree (None: a direct or LiteLLM target)
     ok: int = 0
     errors: int = 0
     first_error: str | None = None

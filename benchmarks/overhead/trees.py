@@ -1,4 +1,5 @@
-"""Gateway source trees (``--tree LABEL=PATH``): their entry point, environment and commit."""
+"""Gateway source trees (``--tree LABEL=PATH``): their entry point, environment and commit; and
+the uvicorn worker count a gateway of that tree runs with (``--workers N``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import os
 import subprocess
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout (the default tree)
@@ -15,11 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]  # this checkout (the default tree)
 @dataclass(frozen=True)
 class Tree:
     """A source tree to run the gateway from, and its ``ocm-gateway`` entry point
-    (``module:function``, from the tree's ``pyproject.toml``: the layout changes between trees)."""
+    (``module:function``, from the tree's ``pyproject.toml``: the layout changes between trees),
+    served by ``workers`` uvicorn worker processes; ``nodelay``: with the listening socket made
+    with ``IPPROTO_TCP`` (see :mod:`.processes`)."""
 
     label: str
     path: Path
     entry: str
+    workers: int = 1
+    nodelay: bool = False
+
+    def with_workers(self, workers: int, nodelay: bool = False) -> Tree:
+        """The same tree run with ``workers`` worker processes, labelled ``LABEL-wN[-nodelay]``."""
+        suffix = "-nodelay" if nodelay else ""
+        return replace(self, label=f"{self.label}-w{workers}{suffix}", workers=workers,
+                       nodelay=nodelay)
 
     @classmethod
     def at(cls, label: str, path: Path) -> Tree:
