@@ -1,7 +1,10 @@
 # Shortcuts; every target runs with the project's .venv (created by `make test`).
 PY := .venv/bin/python
 
-.PHONY: test smoke ci load bench bench-overhead
+SIDE_PY := benchmarks/.venvs/litellm/bin/python
+FULL := benchmarks/results/overhead-litellm
+
+.PHONY: test smoke ci load bench bench-overhead bench-litellm-venv bench-litellm bench-plot
 
 test:            ## ruff, mypy --strict and the whole suite (what README documents)
 	./scripts/test.sh
@@ -23,3 +26,16 @@ bench-overhead:  ## gateway overhead over a fake upstream: markdown tables + eve
 	mkdir -p benchmarks/results
 	$(PY) -m benchmarks.overhead --json benchmarks/results/overhead.json > benchmarks/results/overhead.md
 	@echo "wrote benchmarks/results/overhead.md and benchmarks/results/overhead.json"
+
+bench-litellm-venv:  ## benchmarks/.venvs/litellm: litellm[proxy] + matplotlib, never a project dependency
+	$(PY) -m benchmarks.overhead.proxy
+
+bench-litellm:   ## bench-overhead + LiteLLM side by side, stream passthrough, 2 workers, the concurrency sweep
+	mkdir -p benchmarks/results
+	$(PY) -m benchmarks.overhead --litellm --workers 2 --workers-nodelay --sweep \
+		--json $(FULL).json > $(FULL).md
+	@echo "wrote $(FULL).md and $(FULL).json"
+
+bench-plot: bench-litellm-venv  ## docs/performance-latency.png from the sweep of bench-litellm (run first if missing)
+	[ -f $(FULL).json ] || $(MAKE) bench-litellm
+	$(SIDE_PY) -m benchmarks.overhead.plot $(FULL).json docs/performance-latency.png

@@ -69,6 +69,10 @@ def sweep_summary(phases: list[Phase], trees: Sequence[str]) -> dict[str, Any]:
         label = series_label(p.target, p.tree, len(trees))
         entry = out.setdefault(label, {"target": p.target, "tree": p.tree, "by_concurrency": {}})
         entry["by_concurrency"].setdefault(str(p.concurrency), []).append(p)
+    order = {name: i for i, name in enumerate(SWEEP_TARGETS)}
+    out = dict(sorted(out.items(), key=lambda kv: (order.get(kv[1]["target"], 99),
+                                                   list(trees).index(kv[1]["tree"])
+                                                   if kv[1]["tree"] in trees else -1)))
     for entry in out.values():
         for c, group in entry["by_concurrency"].items():
             entry["by_concurrency"][c] = {
