@@ -257,3 +257,37 @@ async def test_https_upstreams_are_verified_like_httpx_would(monkeypatch: pytest
             assert (await c.get(url)).text == "ok"
     finally:
         srv.close()
+
+
+async def test_proxies_come_from_the_environment_once_per_origin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HTTP_PROXY`` / ``NO_PROXY`` are honoured as httpx's ``trust_env`` does, and read once
+    per upstream origin, not on every request (aiohttp's own ``trust_env`` does two thread
+    hops per request for them)."""
+    import adapters.aiohttp_transport as transport
+
+    lookups: list[str] = []
+    real = transport.get_env_proxy_for_url
+
+    def counted(url: object) -> object:
+        lookups.append(str(url))
+        return real(url)  # type: ignore[arg-type]
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    monkeypatch.setattr(transport, "get_env_proxy_for_url", counted)
+    async with serving(proxy) as (server, proxy_url), serving(proxy) as (direct, direct_url):
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with client() as c:
+            for _ in range(3):
+                assert (await c.post("http://upstream.invalid:8080/completion", content=b"{}")
+                        ).text == "ok"
+            assert (await c.post(direct_url + "/v1/models", content=b"{}")).text == "ok"
+    heads = [head for head, _ in server.requests]
+    assert len(heads) == 3
+    assert all(h.startswith(b"POST http://upstream.invalid:8080/completion HTTP/1.1") for h in heads)
+    assert direct.requests[0][0].startswith(b"POST /v1/models HTTP/1.1")  # NO_PROXY: direct
+    assert lookups == ["http://upstream.invalid:8080/completion", direct_url + "/v1/models"]
