@@ -264,10 +264,9 @@ async def test_proxies_come_from_the_environment_once_per_origin(
     """``HTTP_PROXY`` / ``NO_PROXY`` are honoured as httpx's ``trust_env`` does, and read once
     per upstream origin, not on every request (aiohttp's own ``trust_env`` does two thread
     hops per request for them)."""
-    import adapters.aiohttp_transport as transport
+    from aiohttp.helpers import get_env_proxy_for_url as real
 
     lookups: list[str] = []
-    real = transport.get_env_proxy_for_url
 
     def counted(url: object) -> object:
         lookups.append(str(url))
@@ -277,7 +276,7 @@ async def test_proxies_come_from_the_environment_once_per_origin(
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         await writer.drain()
 
-    monkeypatch.setattr(transport, "get_env_proxy_for_url", counted)
+    monkeypatch.setattr("adapters.aiohttp_transport.get_env_proxy_for_url", counted)
     async with serving(proxy) as (server, proxy_url), serving(proxy) as (direct, direct_url):
         monkeypatch.setenv("HTTP_PROXY", proxy_url)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
