@@ -1,7 +1,8 @@
 """Per-request overhead of the gateway on top of a fake upstream, in interleaved rounds.
 
 ``python -m benchmarks.overhead [--rounds 3] [--json out.json] [--quick]
-[--tree A=PATH --tree B=PATH ...]`` starts
+[--tree A=PATH --tree B=PATH ...] [--workers N [--workers-nodelay]] [--litellm]
+[--stream-passthrough] [--sweep]`` starts
 
 * the fake upstream (``benchmarks.overhead.fake``, a subprocess: llama.cpp ``/completion`` and
   vLLM-style OpenAI chat, each on its own port, answering in tens of microseconds),
@@ -21,7 +22,22 @@ then measures five targets:
   gateway's llama.cpp adapter makes);
 * ``harmony`` / ``harmony_stream``: gateway, Harmony model, non-stream / ``stream: true``
   (baseline: ``direct_llamacpp``);
-* ``passthrough``: gateway, OpenAI passthrough model, non-stream (baseline: ``direct``).
+* ``passthrough``: gateway, OpenAI passthrough model, non-stream (baseline: ``direct``);
+
+and optionally
+
+* ``direct_stream`` / ``passthrough_stream`` (``--stream-passthrough``, implied by ``--litellm``):
+  the same OpenAI chat with ``stream: true``, direct and through the gateway;
+* ``litellm`` / ``litellm_stream`` (``--litellm``): the LiteLLM proxy (:mod:`.proxy`: its own
+  virtualenv ``benchmarks/.venvs/litellm``, one worker, a generated config pointing at the fake's
+  OpenAI chat) sent the gateway's passthrough requests, against the same baselines, with a
+  gateway-vs-LiteLLM table (added latency, req/s, CPU per request, round by round);
+* ``--workers N``: one more gateway of the first tree with N uvicorn workers (label ``LABEL-wN``),
+  compared with the one-worker gateway like a second tree (``--workers-nodelay``: also one with
+  ``TCP_NODELAY`` on its connections, see :mod:`.processes`);
+* ``--sweep`` (:mod:`.sweep`): after the rounds, direct / passthrough / Harmony / LiteLLM at
+  concurrency 1, 4, 16, 32, 64 (p50, p99, req/s, CPU per request); :mod:`.plot` draws it
+  (``make bench-plot``: ``docs/performance-latency.png``, matplotlib from the side virtualenv).
 
 Each round measures latency at concurrency 1 (``--requests`` sequential requests per target) and
 then throughput at concurrency ``--concurrency`` (``--seconds`` per target), visiting the targets in
@@ -51,8 +67,10 @@ The llama.cpp baseline's prompt ids come from the fake's ``/tokenize``, so this 
 import the gateway's code (which may be a tree being edited).
 
 Modules: :mod:`.targets` (what is measured), :mod:`.trees` (gateway source trees),
-:mod:`.processes` (the fake and the gateways as subprocesses), :mod:`.client` (the raw load
-generator), :mod:`.runner` (phases and rounds), :mod:`.stats` (summaries, tree comparison, the
-gateway's log), :mod:`.report` (markdown), ``__main__`` (the command line), and :mod:`.fake` (the
-fake upstream, a package with its own command line: ``python -m benchmarks.overhead.fake``).
+:mod:`.processes` (the fake and the gateways as subprocesses), :mod:`.proxy` (LiteLLM),
+:mod:`.client` (the raw load generator), :mod:`.runner` (phases and rounds), :mod:`.sweep`
+(against concurrency), :mod:`.stats` (summaries, tree and LiteLLM comparisons, the gateway's log),
+:mod:`.report` (markdown), :mod:`.plot` (the sweep's PNG), ``__main__`` (the command line), and
+:mod:`.fake` (the fake upstream, a package with its own command line:
+``python -m benchmarks.overhead.fake``).
 """
