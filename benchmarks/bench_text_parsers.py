@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.api.chat.encode import ChatEncoder
+from app.core.conversation import FunctionTool
 from app.core.output import Chunk, Finish
 from app.formats.harmony.vocab import harmony_encoding
 from app.formats.openchatml.parse import OpenChatMLDecoder
@@ -59,6 +60,16 @@ def main() -> None:
     think = f"<think>{words}</think>{words}"
     run("template(deepseek-v3.1)", lambda: template_decoder(source, (("<｜Assistant｜><think>", True),)),
         think)
+    # one long tagged argument (a file written by a coding agent): linear, not O(L) per chunk
+    tools = (FunctionTool("write", None, {"type": "object",
+                                          "properties": {"text": {"type": "string"}}}),)
+    coder = (TEMPLATES / "Qwen3-Coder.jinja").read_text()
+    for words_n in (4000, 16000):
+        body = " ".join(f"word{i % 50}" for i in range(words_n))
+        call = (f"<tool_call>\n<function=write>\n<parameter=text>\n{body}\n</parameter>\n"
+                "</function>\n</tool_call>")
+        run(f"template(qwen3-coder), one {len(body)}-char tagged argument",
+            lambda: template_decoder(coder, (("", False),), tools=tools), call)
 
 
 if __name__ == "__main__":

@@ -8,23 +8,26 @@ values typed by the tool's JSON schema).  Any suffix of the input that could sti
 the start of a marker is held back; whitespace next to markers is not part of the
 text.  Python-literal arguments are accepted and re-encoded as JSON.  The end-of-turn
 marker, when the model writes it as text, stops parsing.
+
+Work is linear in the output's length however it is chunked: a value still being read (a JSON
+object, a tagged argument) moves out of the buffer into a list of pieces as it is scanned, so
+the buffer only ever holds what has not been looked at (and a possible marker's first
+characters), and no scan starts again from the beginning of a value.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from enum import Enum, auto
-from typing import Any
 
 from app.core import events as ev
 from app.core.conversation import FunctionTool
 from app.formats.parsing.base import EndKind
 from app.formats.parsing.parts import Parts
-from app.formats.template.analysis.jsonish import ValueScanner, loads_lenient
-from app.formats.template.analysis.markers import Found, Marker, Status, earliest
+from app.formats.template.analysis.jsonish import ValueScanner
+from app.formats.template.analysis.markers import Marker, Status, earliest
 from app.formats.template.analysis.result import ReasoningMode, TemplateAnalysis
 from app.formats.template.analysis.tools import ToolFormat
+from app.formats.template.call_states import CallStates, S
 from app.formats.template.calls import CallBuilder
 
 
@@ -36,28 +39,7 @@ def _starts_in_reasoning(a: TemplateAnalysis, prompt_text: str) -> bool:
     return bool(start) and tail.endswith(start) and not (end and tail.endswith(end))
 
 
-class S(Enum):
-    """The decoder's states; :data:`_STEPS` maps each to its step method."""
-
-    START = auto()  # before anything: is there a reasoning start marker?
-    REASONING = auto()
-    CONTENT = auto()
-    SECTION = auto()  # inside a tool section, between calls
-    JSON_CALL = auto()  # a JSON call object (JSON_NATIVE)
-    NAME = auto()  # a tagged call's function name
-    CALL_ID = auto()
-    ARGS_JSON = auto()  # TAG_WITH_JSON arguments
-    CLOSE = auto()  # the call's close marker
-    ARGS = auto()  # TAG_WITH_TAGGED arguments
-    DONE = auto()
-
-
-def _marker_at(text: str) -> int:
-    cut = [i for i in (text.find("<"), text.find("[")) if i >= 0]
-    return min(cut) if cut else len(text)
-
-
-class TemplateDecoder:
+class TemplateDecoder(CallStates):
     """Parses model output for one analyzed template (see the module docstring)."""
 
     def __init__(self, analysis: TemplateAnalysis, tools: Sequence[FunctionTool] = (),
@@ -90,6 +72,8 @@ class TemplateDecoder:
             ToolFormat.NONE else []
         self._bare_json = self._json and not self._triggers  # calls are recognized at the start only
         self._scanner = ValueScanner()
+        self._value: list[str] = []  # the value being read, scanned pieces (JSON or tagged)
+        self._arg_name = ""
         self._array_open = False
         self._failed = False
 
@@ -151,11 +135,6 @@ class TemplateDecoder:
         self._close_part("text", out)
         self.stopped = "tool_calls" if self._calls.count else "stop"
         self._state, self._buf = S.DONE, ""
-        return False
-
-    def _fail(self, out: list[ev.Event], what: str) -> bool:
-        out.append(ev.Error(f"Could not parse the model's tool call: {what}.", code="tool_call_parse_error"))
-        self._failed = True
         return False
 
     # ------------------------------------------------------------------ states
@@ -259,168 +238,13 @@ class TemplateDecoder:
         self._buf = ""
         return True
 
-    def _st_json_call(self, out: list[ev.Event], final: bool) -> bool:
-        head = self._buf.lstrip()
-        if not head:
-            self._buf = ""
-            return False
-        if head[0] not in "{[":
-            self._state = S.SECTION
-            self._buf = head
-            return True
-        scanned = self._scanner.seen
-        n = self._scanner.feed(head[scanned:])
-        if n < 0:
-            self._buf = head
-            return False
-        raw, self._buf = head[:scanned + n], head[scanned + n:]
-        try:
-            value = loads_lenient(raw)
-        except ValueError:
-            return self._fail(out, "invalid JSON")
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if not self._calls.from_json(item, out):
-                return self._fail(out, "unexpected JSON shape")
-        self._state = S.SECTION
-        return True
-
-    def _st_name(self, out: list[ev.Event], final: bool) -> bool:
-        buf = self._buf.lstrip()
-        stops = [self._name_suffix] if self._name_suffix.first.strip() and self._name_suffix.tokens[0][0] \
-            == "lit" else []
-        stops += [x for x in (self._id_prefix, self._id_suffix, self._arg_prefix, self._close) if x]
-        got, _ = earliest(buf, stops, 0, final)
-        end = got.start
-        ws = next((i for i, c in enumerate(buf) if c.isspace() or c in "{["), len(buf))
-        if ws < end:
-            end, got = ws, Found(Status.MATCH, ws, ws)
-        if got.status is Status.FAIL and not final:
-            self._buf = buf
-            return False
-        if got.status is Status.PARTIAL and not final:
-            self._buf = buf
-            return False
-        name = buf[:end].strip()
-        if not name:
-            return self._fail(out, "no function name")
-        self._calls.begin(name)
-        rest = buf[end:]
-        suffix = self._name_suffix.match_ws(rest, 0, final) if self._name_suffix else None
-        if suffix is not None and suffix.status is Status.PARTIAL:
-            self._calls.cancel()
-            self._buf = buf
-            return False
-        if suffix is not None and suffix.status is Status.MATCH:
-            if not self._a.tools.ids_rendered:  # the template builds the id around the name
-                made = rest[:suffix.end].strip()
-                self._calls.set_id(self._a.tools.name_prefix.strip() + name + made[:_marker_at(made)])
-            rest = rest[suffix.end:]
-        self._buf = rest
-        self._state = S.CALL_ID if self._id_prefix else (S.ARGS_JSON if self._a.tools.format is
-                                                         ToolFormat.TAG_WITH_JSON else S.ARGS)
-        self._scanner = ValueScanner()
-        return True
-
-    def _st_call_id(self, out: list[ev.Event], final: bool) -> bool:
-        got = self._id_prefix.match_ws(self._buf, 0, final)
-        if got.status is Status.PARTIAL:
-            return False
-        if got.status is Status.MATCH:
-            rest = self._buf[got.end:]
-            end = self._id_suffix.find(rest, 0, final)
-            if end.status is not Status.MATCH:
-                return False
-            self._calls.set_id(rest[:end.start].strip())
-            self._buf = rest[end.end:]
-        else:
-            end = self._id_suffix.match_ws(self._buf, 0, final)
-            if end.status is Status.PARTIAL:
-                return False
-            if end.status is Status.MATCH:
-                self._buf = self._buf[end.end:]
-        self._state = S.ARGS_JSON if self._a.tools.format is ToolFormat.TAG_WITH_JSON else S.ARGS
-        return True
-
-    def _st_args_json(self, out: list[ev.Event], final: bool) -> bool:
-        self._calls.started(out)
-        head = self._buf.lstrip()
-        if not head:
-            self._buf = ""
-            return False
-        scanned = self._scanner.seen
-        n = self._scanner.feed(head[scanned:])
-        if n == -2 or (n < 0 and scanned == 0 and head[0] not in "{["):
-            return self._fail(out, "arguments are not a JSON object")
-        if n < 0:
-            self._buf = head
-            return False
-        raw, rest = head[:scanned + n], head[scanned + n:]
-        try:
-            args = loads_lenient(raw)
-        except ValueError:
-            return self._fail(out, "invalid JSON arguments")
-        if not isinstance(args, dict):
-            return self._fail(out, "arguments are not a JSON object")
-        self._buf = rest
-        self._state = S.CLOSE
-        self._pending_args: dict[str, Any] = args
-        return True
-
-    def _st_close(self, out: list[ev.Event], final: bool) -> bool:
-        got = self._close.match_ws(self._buf, 0, final) if self._close else None
-        if got is not None and got.status is Status.PARTIAL:
-            return False
-        if got is not None and got.status is Status.MATCH:
-            self._buf = self._buf[got.end:]
-        self._calls.done(json.dumps(self._pending_args, ensure_ascii=False), out)
-        self._state = S.SECTION
-        return True
-
-    def _st_args(self, out: list[ev.Event], final: bool) -> bool:
-        self._calls.started(out)
-        buf = self._buf
-        for mk in (self._arg_prefix, self._close):
-            got = mk.match_ws(buf, 0, final) if mk else None
-            if got is None or got.status is Status.FAIL:
-                continue
-            if got.status is Status.PARTIAL:
-                return False
-            if mk is self._close:
-                self._buf = buf[got.end:]
-                self._calls.finish_tagged(out)
-                self._state = S.SECTION
-                return True
-            rest = buf[got.end:]
-            name_end = self._arg_name_end.find(rest, 0, final)
-            if name_end.status is not Status.MATCH:
-                return False
-            value_from = name_end.end
-            value_end = self._value_end.find(rest, value_from, final)
-            if value_end.status is not Status.MATCH:
-                return False
-            raw = rest[value_from:value_end.start]
-            if self._a.tools.arg_name_suffix.endswith("\n") and raw.startswith("\n"):
-                raw = raw[1:]
-            if self._a.tools.arg_value_suffix.startswith("\n") and raw.endswith("\n"):
-                raw = raw[:-1]
-            self._calls.add_arg(rest[:name_end.start].strip(), raw)
-            self._buf = rest[value_end.end:]
-            return True
-        if not buf.strip() and not final:
-            return False
-        # anything else ends the call (the close marker was left out)
-        self._calls.finish_tagged(out)
-        self._state = S.SECTION
-        return True
-
-
 _STEPS: dict[S, Callable[[TemplateDecoder, list[ev.Event], bool], bool]] = {
     S.START: TemplateDecoder._st_start, S.REASONING: TemplateDecoder._st_reasoning,
     S.CONTENT: TemplateDecoder._st_content, S.SECTION: TemplateDecoder._st_section,
     S.JSON_CALL: TemplateDecoder._st_json_call, S.NAME: TemplateDecoder._st_name,
     S.CALL_ID: TemplateDecoder._st_call_id, S.ARGS_JSON: TemplateDecoder._st_args_json,
     S.CLOSE: TemplateDecoder._st_close, S.ARGS: TemplateDecoder._st_args,
+    S.ARG_VALUE: TemplateDecoder._st_arg_value,
 }
 
 

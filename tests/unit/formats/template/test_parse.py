@@ -193,3 +193,33 @@ def test_text_before_a_content_marker_in_the_same_buffer_loses_nothing(sizes: li
     text = "Sure.<|START_RESPONSE|>The answer is 42.<|END_RESPONSE|>"
     events, _ = _feed(_decoder(name), text, sizes)
     assert _joined(events)[1] == "Sure.The answer is 42."
+
+
+@pytest.mark.parametrize(("name", "call"), [
+    ("Qwen3-Coder", "<tool_call>\n<function=f>\n<parameter=s>\n{v}\n</parameter>\n</function>\n"
+                    "</tool_call>"),
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
+     '<tool_call>\n{{"name": "f", "arguments": {{"s": "{v}"}}}}\n</tool_call>'),
+])
+def test_a_long_argument_is_read_once_not_rescanned_per_chunk(name: str, call: str) -> None:
+    """A value being read leaves the buffer as it is scanned: the buffer stays a few characters
+    long (not the whole value so far), which is what keeps the work linear; the result is the
+    same in any chunking, markers split anywhere included."""
+    value = "".join(f"line {i} </param <parameter \\u00e9 {{}} " for i in range(400))
+    text = "Sure." + call.format(v=value)
+    rng = random.Random(7)
+    whole, _ = _feed(_decoder(name), text)
+    dec = _decoder(name)
+    events: list[ev.Event] = []
+    longest, i = 0, 0
+    while i < len(text):
+        k = rng.randint(1, 9)
+        events += dec.decode(text[i:i + k])
+        longest = max(longest, len(dec._buf))
+        i += k
+    tail, reason = dec.flush("eos")
+    assert reason == "tool_calls"
+    assert _joined(events + tail) == _joined(whole)
+    assert json.loads([e for e in whole if isinstance(e, ev.ToolCallDone)][0].arguments)["s"] \
+        == (value if name == "Qwen3-Coder" else json.loads(f'"{value}"'))
+    assert longest < 40, longest
