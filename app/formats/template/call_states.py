@@ -26,6 +26,7 @@ class S(Enum):
 
     START = auto()  # before anything: is there a reasoning start marker?
     REASONING = auto()
+    UNDECIDED = auto()  # reasoning without its opening marker, or the answer: held until known
     CONTENT = auto()
     SECTION = auto()  # inside a tool section, between calls
     JSON_CALL = auto()  # a JSON call object (JSON_NATIVE)

@@ -55,6 +55,13 @@ class TemplateDecoder(CallStates):
         self._r_start, self._r_end = Marker(a.reasoning.start), Marker(a.reasoning.end)
         self._turn_end = Marker(eos_token if a.turn_end_is_eos else a.turn_end)
         self._skip_in_content = [Marker(a.content.start), Marker(a.content.end)]
+        tail = prompt_text.rstrip()
+        # A FORCED_OPEN template opens reasoning in the prompt; when this prompt did not (nor
+        # closed it), output without the opening marker may be reasoning all the same: it is
+        # held (never shown as the answer) until the end marker or the end of the output.
+        self._budget_cut = False
+        self._undecided = (a.reasoning.mode is ReasoningMode.FORCED_OPEN and bool(a.reasoning.end)
+                           and not tail.endswith(a.reasoning.end))
         fmt = t.format
         self._json = fmt is ToolFormat.JSON_NATIVE
         self._section_start = Marker(t.section_start)
@@ -70,6 +77,8 @@ class TemplateDecoder(CallStates):
         self._value_end = Marker(t.arg_value_suffix)
         self._triggers = [mk for mk in (self._section_start, self._opener) if mk] if fmt is not \
             ToolFormat.NONE else []
+        if self._r_end and self._r_end.text not in {mk.text for mk in self._triggers}:
+            self._skip_in_content.append(self._r_end)  # an end-of-reasoning marker is never text
         self._bare_json = self._json and not self._triggers  # calls are recognized at the start only
         self._scanner = ValueScanner()
         self._value: list[str] = []  # the value being read, scanned pieces (JSON or tagged)
@@ -105,9 +114,13 @@ class TemplateDecoder(CallStates):
         return self._run(final=False)
 
     def flush(self, end: EndKind) -> tuple[list[ev.Event], ev.FinishReason | None]:
+        self._budget_cut = end == "length"
         out = [] if self._failed or self._state is S.DONE else self._run(final=True)
         if self._failed:
             return out, None
+        if self._state is S.UNDECIDED:  # cut by the token budget before the end marker
+            self._text("reasoning", "".join(self._value) + self._buf, out)
+            self._state, self._value, self._buf = S.REASONING, [], ""
         if self._state is S.REASONING:
             self._close_part("reasoning", out)
         self._close_part("text", out)
@@ -146,8 +159,25 @@ class TemplateDecoder(CallStates):
             self._buf = self._buf[got.end:]
             self._state = S.REASONING
             return True
-        self._state = S.CONTENT
+        self._state = S.UNDECIDED if self._undecided else S.CONTENT
         return True
+
+    def _st_undecided(self, out: list[ev.Event], final: bool) -> bool:
+        got = self._r_end.find(self._buf, 0, final)
+        if got.status is Status.MATCH:  # it was reasoning
+            self._text("reasoning", "".join(self._value) + self._buf[:got.start], out)
+            self._close_part("reasoning", out)
+            self._value, self._buf, self._state = [], self._buf[got.end:], S.CONTENT
+            return True
+        if not final:  # held; what cannot begin the marker leaves the buffer (linear)
+            if got.start:
+                self._value.append(self._buf[:got.start])
+                self._buf = self._buf[got.start:]
+            return False
+        if self._budget_cut:
+            return False  # flush() shows it as the reasoning the budget cut
+        self._buf, self._value, self._state = "".join(self._value) + self._buf, [], S.CONTENT
+        return True  # no end marker: it was the answer
 
     def _st_reasoning(self, out: list[ev.Event], final: bool) -> bool:
         got = self._r_end.find(self._buf, 0, final)
@@ -240,7 +270,8 @@ class TemplateDecoder(CallStates):
 
 _STEPS: dict[S, Callable[[TemplateDecoder, list[ev.Event], bool], bool]] = {
     S.START: TemplateDecoder._st_start, S.REASONING: TemplateDecoder._st_reasoning,
-    S.CONTENT: TemplateDecoder._st_content, S.SECTION: TemplateDecoder._st_section,
+    S.UNDECIDED: TemplateDecoder._st_undecided, S.CONTENT: TemplateDecoder._st_content,
+    S.SECTION: TemplateDecoder._st_section,
     S.JSON_CALL: TemplateDecoder._st_json_call, S.NAME: TemplateDecoder._st_name,
     S.CALL_ID: TemplateDecoder._st_call_id, S.ARGS_JSON: TemplateDecoder._st_args_json,
     S.CLOSE: TemplateDecoder._st_close, S.ARGS: TemplateDecoder._st_args,

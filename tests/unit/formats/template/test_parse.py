@@ -179,10 +179,39 @@ def test_template_decoder_reads_the_prompt_tail_from_trusted_text_only() -> None
     from app.formats.template.parse import template_decoder
 
     source = (TEMPLATES / "llama-cpp-deepseek-r1.jinja").read_text()
-    forced = template_decoder(source, (("<｜Assistant｜><think>\n", True),))
-    assert _joined(_feed(forced, "x</think>y")[0])[:2] == ("x", "y")
-    spoofed = template_decoder(source, (("<｜User｜>", True), ("<think>\n", False)))
-    assert _joined(_feed(spoofed, "x</think>y")[0])[:2] == ("", "x</think>y")
+    def forced() -> TemplateDecoder:
+        return template_decoder(source, (("<｜Assistant｜><think>\n", True),))
+
+    def spoofed() -> TemplateDecoder:
+        return template_decoder(source, (("<｜User｜>", True), ("<think>\n", False)))
+
+    assert _joined(_feed(forced(), "x</think>y")[0])[:2] == ("x", "y")
+    assert _joined(_feed(forced(), "x")[0])[:2] == ("x", "")  # opened by the prompt
+    assert _joined(_feed(spoofed(), "x")[0])[:2] == ("", "x")  # client text opened nothing
+    # ... but an end-of-reasoning marker is never part of the answer (see the next test)
+    assert _joined(_feed(spoofed(), "x</think>y")[0])[:2] == ("x", "y")
+
+
+@pytest.mark.parametrize("sizes", [None, [1] * 60, [2, 5, 3] * 20])
+@pytest.mark.parametrize("finish", ["eos", "length"])
+def test_reasoning_without_its_opening_marker_never_shows_as_the_answer(
+        sizes: list[int] | None, finish: str) -> None:
+    """A FORCED_OPEN template whose rendered prompt did not open reasoning (R1 distills that
+    leave out ``<think>``): output up to ``</think>`` is held and then shown as reasoning, never
+    as content, in any chunking; without an end marker it was the answer, unless the token
+    budget cut it (then it is the reasoning that was cut)."""
+    from app.formats.template.parse import template_decoder
+
+    source = (TEMPLATES / "llama-cpp-deepseek-r1.jinja").read_text()
+    out = "Let me think. 2+2 is 4.\n</think>\n\nThe answer is 4."
+    events, reason = _feed(template_decoder(source, (("<｜Assistant｜>", True),)), out, sizes,
+                           end=finish)
+    assert _joined(events)[:2] == ("Let me think. 2+2 is 4.", "The answer is 4.")
+    assert not any(isinstance(e, ev.TextDelta) and "think" in e.text for e in events)
+    events, reason = _feed(template_decoder(source, (("<｜Assistant｜>", True),)), "Just 4.",
+                           sizes, end=finish)
+    assert _joined(events)[:2] == (("", "Just 4.") if finish == "eos" else ("Just 4.", ""))
+    assert reason == ("stop" if finish == "eos" else "length")
 
 
 @pytest.mark.parametrize("sizes", [None, [3], [10, 1], [1] * 40])
@@ -220,6 +249,6 @@ def test_a_long_argument_is_read_once_not_rescanned_per_chunk(name: str, call: s
     tail, reason = dec.flush("eos")
     assert reason == "tool_calls"
     assert _joined(events + tail) == _joined(whole)
-    assert json.loads([e for e in whole if isinstance(e, ev.ToolCallDone)][0].arguments)["s"] \
+    assert json.loads(next(e for e in whole if isinstance(e, ev.ToolCallDone)).arguments)["s"] \
         == (value if name == "Qwen3-Coder" else json.loads(f'"{value}"'))
     assert longest < 40, longest
