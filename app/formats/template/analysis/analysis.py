@@ -41,6 +41,12 @@ def _around(text: str, needle: str) -> tuple[str, str] | None:
     return text[:i], text[i + len(needle):]
 
 
+def _after_user(prompt: str) -> str:
+    """What a generation prompt adds after the user's message."""
+    i = prompt.rfind(pr.USER)
+    return prompt[i + len(pr.USER):] if i >= 0 else prompt
+
+
 def _reasoning(p: pr.Prober, turn_end: str) -> ReasoningAnalysis:
     # R1: with / without reasoning_content
     plain = p.full({"role": "assistant", "content": pr.CONTENT})
@@ -70,10 +76,11 @@ def _reasoning(p: pr.Prober, turn_end: str) -> ReasoningAnalysis:
             start, end = trailing_marker(before), leading_marker(after)
             if end:
                 mode = ReasoningMode.TOOLS_ONLY
-    # R2: enable_thinking false / true on the generation prompt
+    # R2: enable_thinking false / true on the generation prompt, compared after the last user
+    # turn only (SmolLM3 also rewrites its system turn, which would drown the reasoning pair)
     off, on = p.gen_prompt(enable_thinking=False), p.gen_prompt(enable_thinking=True)
-    if off is not None and on is not None and off != on:
-        d = diff_split(off, on)
+    if off is not None and on is not None and _after_user(off) != _after_user(on):
+        d = diff_split(_after_user(off), _after_user(on))
         if not d.suffix.strip():
             if start and d.right.strip().endswith(start) and not d.left.strip():
                 mode = ReasoningMode.FORCED_OPEN

@@ -252,3 +252,11 @@ def test_a_long_argument_is_read_once_not_rescanned_per_chunk(name: str, call: s
     assert json.loads(next(e for e in whole if isinstance(e, ev.ToolCallDone)).arguments)["s"] \
         == (value if name == "Qwen3-Coder" else json.loads(f'"{value}"'))
     assert longest < 40, longest
+
+
+def test_smollm3_thinking_comes_back_as_reasoning() -> None:
+    """SmolLM3's switch writes /think or /no_think into the system turn as well as closing an
+    empty block in the generation prompt: its reasoning is found all the same."""
+    events, reason = _feed(_decoder("HuggingFaceTB-SmolLM3-3B", "<|im_start|>assistant\n"),
+                           "<think>\nFirst, 2+2.\n</think>\nIt is 4.", [1] * 45)
+    assert _joined(events)[:2] == ("First, 2+2.", "It is 4.") and reason == "stop"

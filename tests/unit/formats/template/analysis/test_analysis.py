@@ -67,8 +67,10 @@ EXPECTED: dict[str, dict[str, object]] = {
         'tools.arg_name_suffix': '</arg_key>\n<arg_value>',
         'tools.arg_value_suffix': '</arg_value>\n',
     },
-    'HuggingFaceTB-SmolLM3-3B': {
-        'reasoning.mode': 'NONE',
+    'HuggingFaceTB-SmolLM3-3B': {  # its /think switch also rewrites the system turn
+        'reasoning.mode': 'TAG_BASED',
+        'reasoning.start': '<think>',
+        'reasoning.end': '</think>',
         'content.mode': 'PLAIN',
         'turn_end': '<|im_end|>',
         'tools.format': 'NONE',
