@@ -117,6 +117,8 @@ def request_body(model: str, conv: Conversation, prompt: Prompt,
         value = getattr(params, name)
         if value is not None:
             body[name] = value
+    if params.template_kwargs:  # vLLM / SGLang read these; the client asked for them
+        body["chat_template_kwargs"] = dict(params.template_kwargs)
     stops = stop_strings(prompt, params)
     if stops:
         body["stop"] = stops

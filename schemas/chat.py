@@ -155,6 +155,9 @@ class ChatCompletionRequest(_Wire):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    # vLLM's extension: variables for the model's chat template (e.g. {"enable_thinking": false});
+    # checked at ingest (booleans, numbers and null only)
+    chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None

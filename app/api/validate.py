@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.core.conversation import ReasoningEffort
+from app.core.conversation import ReasoningEffort, TemplateValue
 from app.core.errors import InvalidRequest
 
 # OpenAI's rule for function names; it also guarantees that a name can never carry
@@ -21,6 +21,45 @@ _EFFORT: dict[str, ReasoningEffort] = {"none": "low", "minimal": "low", "low": "
 def reasoning_effort(value: str | None) -> ReasoningEffort | None:
     """OpenAI's effort levels on the three a model here has (both APIs accept the same six)."""
     return _EFFORT[value] if value is not None else None
+
+
+def thinking(value: str | None) -> bool | None:
+    """A template's on/off thinking switch from ``reasoning_effort`` (None: the template's default)."""
+    return None if value is None else value != "none"
+
+
+# What a chat template renders from: the gateway's own inputs, and Jinja's / HF's helpers.
+_TEMPLATE_RESERVED = frozenset({
+    "messages", "tools", "functions", "documents", "add_generation_prompt", "bos_token",
+    "eos_token", "pad_token", "unk_token", "datetime", "date_string", "raise_exception",
+    "strftime_now", "tojson", "namespace", "range", "dict", "lipsum", "cycler", "joiner", "loop",
+    "self", "true", "false", "none", "True", "False", "None", "continue_final_message",
+})
+_TEMPLATE_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_MAX_TEMPLATE_KWARGS = 16
+
+
+def template_kwargs(value: dict[str, Any] | None,
+                    param: str = "chat_template_kwargs") -> tuple[tuple[str, TemplateValue], ...]:
+    """Client variables for a Jinja chat template (``enable_thinking``, ``thinking``, ...).
+
+    Only booleans, numbers and null: a string would be printed by the template as trusted
+    prompt text, where it could spell a control token.  Names may not replace what the gateway
+    gives the template (``messages``, ``bos_token``, ...)."""
+    if not value:
+        return ()
+    if len(value) > _MAX_TEMPLATE_KWARGS:
+        raise InvalidRequest(f"At most {_MAX_TEMPLATE_KWARGS} chat template variables.", param=param)
+    out: list[tuple[str, TemplateValue]] = []
+    for name, item in value.items():
+        where = f"{param}.{name}"
+        if not _TEMPLATE_VAR_RE.fullmatch(name) or name in _TEMPLATE_RESERVED:
+            raise InvalidRequest(f"{name!r} cannot be set as a chat template variable.", param=where)
+        if item is not None and not isinstance(item, bool | int | float):
+            raise InvalidRequest("Chat template variables may only be booleans, numbers or null "
+                                 "(text would become trusted prompt text).", param=where)
+        out.append((name, item))
+    return tuple(out)
 
 
 def check_function_name(name: str, param: str) -> str:

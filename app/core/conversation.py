@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 ReasoningEffort = Literal["low", "medium", "high"]
+TemplateValue = bool | int | float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +110,7 @@ class GenerationParams:
     parallel_tool_calls: bool = True
     ignore_eos: bool = False  # keep generating past the model's end (benchmarks); the answer still ends there
     user: str | None = None  # the end user, for upstreams that track abuse per user (OpenAI-compatible)
+    thinking: bool | None = None  # a thinking switch: off for reasoning_effort "none", on for any other
+    # the client's chat_template_kwargs: variables for a Jinja chat template (checked at ingest:
+    # names that are not the template's own inputs, values that render as no text of their own)
+    template_kwargs: tuple[tuple[str, TemplateValue], ...] = ()

@@ -87,8 +87,11 @@ class TemplateFormat:
             # dropping them silently would answer "required" with plain text.
             raise InvalidRequest("This model's chat template has no tool-call syntax, so it cannot "
                                  "be given tools.", param="tools", code="tools_not_supported")
+        variables: dict[str, object] = dict(params.template_kwargs)
+        if params.thinking is not None:  # reasoning_effort drives a thinking switch, if there is one
+            variables.setdefault("enable_thinking", params.thinking)
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
-                                   eos_token=self.eos_token, caps=analysis.caps)
+                                   eos_token=self.eos_token, caps=analysis.caps, variables=variables)
         rf = conv.response_format
         if rf is not None and analysis.reasoning.mode != ReasoningMode.NONE:
             raise InvalidRequest("response_format json_schema is not available for this model: its "

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.api.validate import check_call_id, check_function_name, check_json_schema, reasoning_effort
+from app.api.validate import (
+    check_call_id,
+    check_function_name,
+    check_json_schema,
+    reasoning_effort,
+    template_kwargs,
+    thinking,
+)
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -152,6 +159,8 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
         top_logprobs=req.top_logprobs or 0,
         n=req.n,
         reasoning_effort=reasoning_effort(req.reasoning_effort),
+        thinking=thinking(req.reasoning_effort),
+        template_kwargs=template_kwargs(req.chat_template_kwargs),
         tool_choice=_tool_choice(req, tools),
         parallel_tool_calls=req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
     )

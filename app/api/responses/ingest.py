@@ -14,7 +14,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from app.api.validate import check_call_id, check_function_name, check_json_schema, reasoning_effort
+from app.api.validate import (
+    check_call_id,
+    check_function_name,
+    check_json_schema,
+    reasoning_effort,
+    thinking,
+)
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -208,6 +214,7 @@ def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
         logprobs=top > 0 or "message.output_text.logprobs" in (body.include or []),
         top_logprobs=top,
         reasoning_effort=reasoning_effort(body.reasoning.effort if body.reasoning else None),
+        thinking=thinking(body.reasoning.effort if body.reasoning else None),
         tool_choice=_tool_choice(body, tools),
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
         user=body.safety_identifier or body.user,

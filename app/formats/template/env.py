@@ -17,7 +17,7 @@ import contextvars
 import datetime as dt
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +109,12 @@ def _compiled(source: str) -> jinja2.Template:
 
 def render_raw(source: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
-               enable_thinking: bool | None = None, string_hook: StringHook | None = None) -> str:
-    """Render ``source`` over plain data; template errors become :class:`InvalidRequest`."""
-    context: dict[str, Any] = {"messages": messages, "add_generation_prompt": add_generation_prompt,
+               enable_thinking: bool | None = None, string_hook: StringHook | None = None,
+               variables: Mapping[str, Any] | None = None) -> str:
+    """Render ``source`` over plain data; template errors become :class:`InvalidRequest`.
+    ``variables``: extra template variables (they never replace the ones set here)."""
+    context: dict[str, Any] = {**(variables or {}), "messages": messages,
+                               "add_generation_prompt": add_generation_prompt,
                                "bos_token": bos_token, "eos_token": eos_token}
     if tools:
         context["tools"] = tools

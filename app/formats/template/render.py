@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.conversation import Conversation, FunctionTool, ToolCall
@@ -147,7 +148,8 @@ def template_tools(tools: tuple[FunctionTool, ...], slot: Any = lambda s: s,
 
 def render_segments(source: str, conv: Conversation, *, bos_token: str = "",
                     eos_token: str = "", enable_thinking: bool | None = None,
-                    add_generation_prompt: bool = True, caps: RenderCaps | None = None) -> Segments:
+                    add_generation_prompt: bool = True, caps: RenderCaps | None = None,
+                    variables: Mapping[str, Any] | None = None) -> Segments:
     """Render ``conv`` (tools included) and split the text into (text, trusted) segments.
 
     ``caps`` (from :func:`app.formats.template.analysis.analysis.analyze`) adapts the data shapes to
@@ -158,7 +160,7 @@ def render_segments(source: str, conv: Conversation, *, bos_token: str = "",
     tools = template_tools(conv.tools, slots, slots.schema, caps)
     rendered = render_raw(source, messages, tools=tools, add_generation_prompt=add_generation_prompt,
                           bos_token=bos_token, eos_token=eos_token, enable_thinking=enable_thinking,
-                          string_hook=slots.json_hook)
+                          string_hook=slots.json_hook, variables=variables)
     segments: list[tuple[str, bool]] = []
     pos = 0
     for match in _PLACEHOLDER.finditer(rendered):

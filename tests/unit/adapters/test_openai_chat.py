@@ -80,6 +80,14 @@ async def test_recorded_text_streams(server: str, name: str, text: str, usage: U
     assert body["model"] == "tiny" and body["stream"] is True and body["max_tokens"] == 32
     assert body["stream_options"] == {"include_usage": True}
     assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert "chat_template_kwargs" not in body  # only when the client sent some
+
+
+async def test_chat_template_kwargs_reach_a_chat_mode_upstream() -> None:
+    fake = Recorded("07b_chat_stream", "vllm")
+    params = GenerationParams(template_kwargs=(("enable_thinking", False),))
+    await _collect(fake.transport(), params, api_key="sk-test")
+    assert fake.requests[0]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 async def test_recorded_tool_call_stream() -> None:
