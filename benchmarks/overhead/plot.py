@@ -1,7 +1,7 @@
 """``--sweep``'s numbers as a picture: ``python -m benchmarks.overhead.plot RESULT.json OUT.png``.
 
-Two panels against concurrency (log-2 x axis): p50 latency (log y, p99 as a dotted line of the
-same colour) and requests per second, one line per target of the sweep (``sweep`` in the JSON of
+Two panels against concurrency (log-2 x axis): p50 latency (log y, p99 as a faint line of the
+same style) and requests per second, one line per target of the sweep (``sweep`` in the JSON of
 ``python -m benchmarks.overhead --sweep --json RESULT.json``). Needs matplotlib, which is not a
 dependency of the project: run it with the benchmarks' side virtualenv
 (``benchmarks/.venvs/litellm/bin/python``, ``make bench-plot``).
@@ -14,6 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+COLOURS = {"direct": "tab:blue", "passthrough": "tab:orange", "harmony": "tab:purple",
+           "litellm": "tab:gray"}
+STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D")]  # per gateway tree, in order
+
 
 def plot(result: dict[str, Any], out: Path) -> None:
     import matplotlib  # type: ignore[import-not-found,unused-ignore]
@@ -23,13 +27,17 @@ def plot(result: dict[str, Any], out: Path) -> None:
 
     sweep: dict[str, Any] = result["sweep"]
     meta = result["meta"]
-    fig, (lat, thr) = plt.subplots(1, 2, figsize=(12, 4.8))
+    trees = list(meta["trees"])
+    fig, (lat, thr) = plt.subplots(1, 2, figsize=(12, 5))
     for label, entry in sweep.items():
         cells = sorted(((int(c), v) for c, v in entry["by_concurrency"].items()), key=lambda x: x[0])
         cs = [c for c, _ in cells]
-        line = lat.plot(cs, [v["p50_ms"] for _, v in cells], marker="o", label=label)[0]
-        lat.plot(cs, [v["p99_ms"] for _, v in cells], linestyle=":", color=line.get_color())
-        thr.plot(cs, [v["rps"] for _, v in cells], marker="o", label=label, color=line.get_color())
+        style, marker = STYLES[trees.index(entry["tree"]) % len(STYLES)] if entry["tree"] in trees \
+            else STYLES[0]
+        look = {"color": COLOURS.get(entry["target"]), "linestyle": style}
+        lat.plot(cs, [v["p50_ms"] for _, v in cells], marker=marker, label=label, **look)
+        lat.plot(cs, [v["p99_ms"] for _, v in cells], alpha=0.3, linewidth=1, **look)
+        thr.plot(cs, [v["rps"] for _, v in cells], marker=marker, label=label, **look)
     for ax in (lat, thr):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
@@ -37,7 +45,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ticks = sorted({int(c) for e in sweep.values() for c in e["by_concurrency"]})
         ax.set_xticks(ticks, [str(t) for t in ticks])
     lat.set_yscale("log")
-    lat.set_ylabel("latency, ms (p50 solid, p99 dotted)")
+    lat.set_ylabel("latency, ms (p50 with markers, p99 faint)")
     lat.set_title("Latency against concurrency")
     thr.set_yscale("log")
     thr.set_ylabel("requests / s")
