@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from app.formats.template.analysis import probe as pr
 from app.formats.template.analysis.diff import diff_split, leading_marker, segmentize, trailing_marker
@@ -153,5 +153,29 @@ def _analyze(source: str) -> TemplateAnalysis:
     content = _content(p, reasoning)
     tools = analyze_tools(p, reasoning.start, reasoning.end) if caps.supports_tools else ToolAnalysis()
     result = TemplateAnalysis(caps, reasoning, content, tools, turn_end, turn_end_is_eos)
-    result = apply_workarounds(source, result)
+    result = _plausible(apply_workarounds(source, result))
     return replace(result, preserved=_preserved(result))
+
+
+_NEEDLES = (pr.USER, pr.REASONING, pr.CONTENT, pr.FUN_FIRST, pr.FUN_SECOND, pr.ARG_FIRST,
+            pr.ARG_SECOND, pr.VALUE_FIRST, pr.VALUE_SECOND)
+MAX_MARKER = 64  # the longest marker of the 24 reference templates is 39 characters
+
+
+def _implausible(part: object) -> bool:
+    """A marker holding a probe's needle, or far longer than any real one: the diff took prompt
+    or message text for markup (a template that is not prefix-stable, say)."""
+    return any(isinstance(v, str) and (len(v) > MAX_MARKER or any(n in v for n in _NEEDLES))
+               for v in (getattr(part, f.name) for f in fields(part)))  # type: ignore[arg-type]
+
+
+def _plausible(a: TemplateAnalysis) -> TemplateAnalysis:
+    """Drops what the analysis could not read cleanly: such reasoning or content markers are
+    not used, and such tool syntax means no tools (a clear 400) rather than wrong calls."""
+    if _implausible(a.reasoning):
+        a = replace(a, reasoning=ReasoningAnalysis(ReasoningMode.NONE, "", ""))
+    if _implausible(a.content):
+        a = replace(a, content=ContentAnalysis())
+    if _implausible(a.tools):
+        a = replace(a, tools=ToolAnalysis())
+    return a

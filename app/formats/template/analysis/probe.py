@@ -89,13 +89,19 @@ class Prober:
         return self.render(self.conversation(assistant), tools=tools)
 
     def split_assistant(self, full: str, tools: bool = False) -> tuple[str, str]:
-        """(generation-prompt part, assistant part) of a render that ends with an assistant message."""
+        """(generation-prompt part, assistant part) of a render that ends with an assistant message.
+
+        Compared with the generation prompt after the user's message only: a template that is
+        not prefix-stable (a system turn only in the generation prompt, a tool preamble put
+        before the last user message) differs earlier, which must not move the split there."""
         gp = self.gen_prompt(tools) or ""
-        n = common_prefix_len(full, gp)
-        cut = open_marker_start(full[:n])
-        if cut >= 0 and n < len(gp):
+        i, j = full.rfind(USER), gp.rfind(USER)
+        at_f, at_g = (i + len(USER), j + len(USER)) if i >= 0 and j >= 0 else (0, 0)
+        n = common_prefix_len(full[at_f:], gp[at_g:])
+        cut = open_marker_start(full[at_f:at_f + n])
+        if cut >= 0 and n < len(gp) - at_g:
             n = cut
-        return full[:n], full[n:]
+        return full[:at_f + n], full[at_f + n:]
 
     def after_content(self) -> str:
         """What follows the content of a plain assistant message."""
