@@ -1,12 +1,24 @@
-"""Full-size load: N concurrent streaming chat completions against the real gateway process.
+"""Full-size load: N concurrent streaming chat completions, through the gateway and direct.
 
-``python -m benchmarks.load --streams 1000 [--streams 5000 ...]`` starts a raw-asyncio fake
-llama.cpp upstream (a paced Harmony answer: ``--tokens`` tokens, ``--gap`` seconds apart)
-and ``ocm-gateway serve`` with default limits, then opens all streams at once with a raw
-asyncio HTTP/1.1 client (no client-side pool to queue in), while probing ``/health`` every
-0.25 s. It reports, per run: streams that ended with ``[DONE]`` after the answer, 503s (with
-``Retry-After``), other failures, stream latency p50 / p99, the slowest ``/health`` answer,
-and how long the 503s took. ``make load`` runs 1,000 and 5,000. Results: docs/reliability.md.
+``python -m benchmarks.load --streams 1000 [--streams 5000 ...] [--json PATH]`` starts a
+raw-asyncio fake llama.cpp ``/completion`` in its own process, paced so the streams overlap:
+response headers at once, the first event after ``--ttft`` seconds, then a Harmony answer of
+``--tokens`` tokens (plus 3 header tokens and ``<|return|>``) ``--gap`` seconds apart. Per
+stream count it starts ``ocm-gateway serve`` (one worker; ``limits.max_inflight`` and the
+upstream pool set to N so all N run at once, or the defaults with ``--default-limits``), then
+with one raw asyncio HTTP/1.1 client (a connection per stream, no pool to queue in) runs two
+phases in turn: N streams straight to the fake, then N through the gateway. Streams start all
+at once (or spread over ``--ramp`` seconds).
+
+Reported per phase: completed (the whole answer, ``[DONE]`` through the gateway), 503s, other
+errors, wall time, most streams streaming at one instant, TTFB (connect → first response byte,
+and → first SSE ``data:`` event) p50 / p99 / max, and the CPU seconds of the gateway, the fake,
+this client and the rest of the machine (another job's load shows there). For the gateway: its
+process tree's peak RSS (``VmRSS`` sampled every 0.1 s, and ``VmHWM``), RSS before the phase,
+the slowest ``/health`` (probed every 0.25 s), added TTFB = gateway − direct, and in the JSON a
+second-by-second timeline (CPU share, RSS, first events, finished streams). The open-files limit
+is raised to its hard limit here; the fake and the gateway inherit it. Exit status 0 unless the
+run itself breaks: errors are reported, not fatal. ``make load`` runs 1,000 and 5,000.
 """
 
 from __future__ import annotations
@@ -15,59 +27,96 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import socket
-import statistics
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from benchmarks.loadfake import WARM_UP
+from benchmarks.loadstats import CpuMeter, RssSampler, dist_ms, markdown, open_files_limit, peak_overlap, tree
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
-WORD = 13225  # "Hello"
-RETURN = 200002
+MB = 1024.0
 
 
-async def _upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tokens: int,
-                    gap: float) -> None:
+@dataclass
+class Stream:
+    t0: float
+    status: int = 0
+    first_byte: float | None = None
+    first_event: float | None = None
+    end: float = 0.0
+    ok: bool = False
+    refused: bool = False
+    error: str = ""
+
+
+def _complete(tail: bytes, gateway: bool) -> bool:
+    if gateway:
+        return b"data: [DONE]" in tail[-64:] and b'"finish_reason":"stop"' in tail
+    return tail.endswith(b"0\r\n\r\n") and b'"stop":true' in tail
+
+
+async def _stream(port: int, path: bytes, body: bytes, delay: float, gateway: bool,
+                  limit_s: float) -> Stream:
+    """One POST with ``connection: close``, read to EOF; times relative to the connect."""
+    await asyncio.sleep(delay)
+    s = Stream(time.perf_counter())
+    head, tail = b"", b""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length:")), 0)
-        await reader.readexactly(length)
-        if head.startswith(b"GET"):
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
-            await writer.drain()
-            return
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n")
-        ids = [*HEADER, *[WORD] * tokens, RETURN]
-        for n, tok in enumerate(ids):
-            event = b'data: {"content":"x","tokens":[%d],"stop":false}\n\n' % tok
-            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-            await writer.drain()
-            if gap and n < len(ids) - 1:
-                await asyncio.sleep(gap)
-        end = (b'data: {"content":"","tokens":[],"stop":true,"stop_type":"eos",'
-               b'"tokens_evaluated":50,"tokens_predicted":%d,"timings":{}}\n\n' % len(ids))
-        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
-        await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
+        async with asyncio.timeout(limit_s):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST %s HTTP/1.1\r\nhost: load\r\ncontent-type: application/json\r\n"
+                         b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (path, len(body), body))
+            while chunk := await reader.read(65536):
+                now = time.perf_counter()
+                if s.first_byte is None:
+                    s.first_byte = now
+                if s.first_event is None:
+                    head += chunk
+                    if b"data:" in head.partition(b"\r\n\r\n")[2]:
+                        s.first_event = now
+                tail = (tail + chunk)[-1024:]
+            writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        s.error = f"{type(exc).__name__}: {exc}"[:200]
+    s.end = time.perf_counter()
+    s.status = int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else 0
+    s.refused = s.status == 503 and b"retry-after:" in head.partition(b"\r\n\r\n")[0].lower()
+    s.ok = s.status == 200 and not s.error and _complete(tail, gateway)
+    if not s.ok and not s.refused and not s.error:
+        s.error = f"status {s.status}: {(head or tail)[:400]!r}"
+    return s
 
 
-async def _request(port: int, body: bytes) -> tuple[int, bytes, float]:
-    """One POST with ``connection: close``; (status, whole body, seconds)."""
+async def _phase(port: int, gateway: bool, args: argparse.Namespace, n: int
+                 ) -> tuple[list[Stream], float]:
+    path = b"/v1/chat/completions" if gateway else b"/completion"
+    body = json.dumps({"model": "gpt-oss", "stream": True, "prompt": "hi",
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
     t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
-                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    status = int(data[9:12]) if data.startswith(b"HTTP/1.1 ") else 0
-    return status, data, time.perf_counter() - t0
+    results = await asyncio.gather(*(_stream(port, path, body, i * args.ramp / n, gateway, args.timeout)
+                                     for i in range(n)))
+    return results, time.perf_counter() - t0
+
+
+def _summary(results: list[Stream], wall: float) -> dict[str, Any]:
+    ok = [s for s in results if s.ok]
+    errors = [s for s in results if not s.ok]
+    return {
+        "completed": len(ok), "errors": len(errors), "refused_503": sum(s.refused for s in results),
+        "other_errors": sum(not s.ok and not s.refused for s in results),
+        "first_error": next((s.error for s in errors if s.error), None),
+        "wall_s": round(wall, 2),
+        "peak_overlap": peak_overlap([(s.first_event, s.end) for s in ok if s.first_event]),
+        "ttfb_byte_ms": dist_ms([s.first_byte - s.t0 for s in ok if s.first_byte]),
+        "ttfb_event_ms": dist_ms([s.first_event - s.t0 for s in ok if s.first_event]),
+        "stream_ms": dist_ms([s.end - s.t0 for s in ok]),
+    }
 
 
 async def _health(port: int, stop: asyncio.Event, worst: list[float]) -> None:
@@ -84,65 +133,136 @@ async def _health(port: int, stop: asyncio.Event, worst: list[float]) -> None:
         await asyncio.sleep(0.25)
 
 
-async def run(streams: int, tokens: int, gap: float) -> dict[str, object]:
-    server = await asyncio.start_server(lambda r, w: _upstream(r, w, tokens, gap), "127.0.0.1", 0,
-                                        backlog=8192)
-    up_port = server.sockets[0].getsockname()[1]
+async def _start_gateway(n: int, up_port: int, args: argparse.Namespace
+                         ) -> tuple[asyncio.subprocess.Process, int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        port = int(sock.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
     env.update({"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": f"http://127.0.0.1:{up_port}",
                 "OCMGW__store__path": ":memory:"})
+    if not args.default_limits:
+        env.update({"OCMGW__limits__max_inflight": str(n), "OCMGW__upstream__max_connections": str(n)})
     exe = Path(sys.executable).with_name("ocm-gateway")
     gw = await asyncio.create_subprocess_exec(
         str(exe), "serve", "--port", str(port), "--log-level", "error", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            try:
-                await asyncio.wait_for(_request(port, b"{}"), 1)
+    for _ in range(300):
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n")
+            if (await reader.read()).startswith(b"HTTP/1.1 200"):
+                writer.close()
                 break
-            except OSError:
-                await asyncio.sleep(0.1)
-        body = json.dumps({"model": "gpt-oss", "stream": True,
+        except OSError:
+            await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError("the gateway did not answer /health in 30 s")
+    return gw, port
+
+
+async def _measured(port: int, gateway: bool, args: argparse.Namespace, n: int,
+                    roots: dict[str, list[int]]) -> tuple[dict[str, Any], list[Stream], float]:
+    """A phase with the CPU each process tree used in it; (summary, streams, start time)."""
+    meter, t0 = CpuMeter(roots), time.perf_counter()
+    results, wall = await _phase(port, gateway, args, n)
+    return _summary(results, wall) | {"cpu_s": meter.stop()}, results, t0
+
+
+async def run(n: int, fake: asyncio.subprocess.Process, up_port: int, args: argparse.Namespace
+              ) -> dict[str, Any]:
+    gw, port = await _start_gateway(n, up_port, args)
+    # the client alone: the fake and the gateway are its children
+    roots = {"gateway": tree(gw.pid), "fake": tree(fake.pid), "client": [os.getpid()]}
+    try:
+        warm = json.dumps({"model": "gpt-oss", "stream": True, "seed": WARM_UP,
                            "messages": [{"role": "user", "content": "hi"}]}).encode()
+        for _ in range(3):  # first-request imports and caches; the fake answers these unpaced
+            await _stream(port, b"/v1/chat/completions", warm, 0, True, 30)
+        direct = (await _measured(up_port, False, args, n, roots))[0]
+        await asyncio.sleep(0.5)
+        sampler = RssSampler(gw.pid)
+        idle_kb = sampler.sample()
         stop, worst = asyncio.Event(), [0.0]
-        probe = asyncio.create_task(_health(port, stop, worst))
-        t0 = time.perf_counter()
-        results = await asyncio.gather(*(_request(port, body) for _ in range(streams)),
-                                       return_exceptions=True)
-        wall = time.perf_counter() - t0
+        watchers = [asyncio.create_task(sampler.run(stop)), asyncio.create_task(_health(port, stop, worst))]
+        gateway, results, t0 = await _measured(port, True, args, n, roots)
         stop.set()
-        await probe
+        await asyncio.gather(*watchers)
+        gateway |= {
+            "rss_idle_mb": round(idle_kb / MB, 1), "rss_peak_mb": round(sampler.peak_kb / MB, 1),
+            "rss_hwm_mb": round(sampler.hwm_kb() / MB, 1), "rss_samples": sampler.samples,
+            "processes": len(tree(gw.pid)), "open_files_limit": open_files_limit(gw.pid),
+            "health_worst_s": round(max(worst), 3), "load_average": os.getloadavg(),
+            "per_second": sampler.per_second(t0, {
+                "first_events": [s.first_event for s in results if s.first_event],
+                "finished": [s.end for s in results if s.ok]})}
     finally:
         gw.terminate()
-        await asyncio.wait_for(gw.wait(), 30)
-        server.close()
-    done = [r for r in results if not isinstance(r, BaseException) and r[0] == 200
-            and b"data: [DONE]" in r[1][-64:] and b'"finish_reason":"stop"' in r[1]]
-    refused = [r for r in results if not isinstance(r, BaseException) and r[0] == 503
-               and b"retry-after:" in r[1].lower()]
-    latencies = sorted(r[2] for r in done)
-    return {
-        "streams": streams, "ok": len(done), "503": len(refused),
-        "other": streams - len(done) - len(refused), "wall_s": round(wall, 1),
-        "p50_s": round(statistics.median(latencies), 2) if latencies else None,
-        "p99_s": round(latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
-        "503_max_s": round(max((r[2] for r in refused), default=0), 2),
-        "health_worst_s": round(max(worst), 2),
-    }
+        await asyncio.wait_for(gw.wait(), 60)
+    added = {k: None if gateway["ttfb_event_ms"][k] is None or direct["ttfb_event_ms"][k] is None
+             else round(gateway["ttfb_event_ms"][k] - direct["ttfb_event_ms"][k], 1)
+             for k in ("p50", "p99", "max")}
+    return {"streams": n, "direct": direct, "gateway": gateway, "added_ttfb_ms": added}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=int, action="append")
-    parser.add_argument("--tokens", type=int, default=80)
-    parser.add_argument("--gap", type=float, default=0.005)
-    args = parser.parse_args()
-    for n in args.streams or [1000]:
-        print(json.dumps(asyncio.run(run(n, args.tokens, args.gap))), flush=True)
+def _tree_state() -> str:
+    """The commit measured, and which of the gateway's files differ from it."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout
+    dirty = git("status", "--porcelain", "--", "app", "adapters", "schemas").splitlines()
+    return f"commit {git('rev-parse', '--short', 'HEAD').strip() or '?'}" + (
+        f" + uncommitted {', '.join(line[3:] for line in dirty)}" if dirty else "")
+
+
+def _raise_nofile() -> tuple[int, int]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    fake = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.loadfake", "--ttft", str(args.ttft),
+        "--gap", str(args.gap), "--tokens", str(args.tokens), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert fake.stdout is not None
+        up_port = int(await asyncio.wait_for(fake.stdout.readline(), 30))
+        runs = []
+        for n in args.streams or [1000]:
+            runs.append(await run(n, fake, up_port, args))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+        return runs
+    finally:
+        fake.terminate()
+        await fake.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--streams", type=int, action="append", help="repeatable; default 1000")
+    parser.add_argument("--tokens", type=int, default=20, help="answer tokens per stream")
+    parser.add_argument("--ttft", type=float, default=0.5, help="fake's seconds to first event")
+    parser.add_argument("--gap", type=float, default=0.25, help="fake's seconds between events")
+    parser.add_argument("--ramp", type=float, default=0.0, help="spread stream starts over this")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per stream, seconds")
+    parser.add_argument("--default-limits", action="store_true",
+                        help="keep the gateway's admission defaults (256 in flight, queue 1,024)")
+    parser.add_argument("--json", type=Path, help="also write every number here")
+    args = parser.parse_args(argv)
+    nofile = _raise_nofile()
+    runs = asyncio.run(_main(args))
+    setup = (f"fake upstream: headers at once, first event after {args.ttft * 1000:.0f} ms, then "
+             f"{args.tokens + 4} events {args.gap * 1000:.0f} ms apart; streams started "
+             + (f"over {args.ramp} s" if args.ramp else "all at once") + "; gateway limits "
+             + ("default" if args.default_limits else "max_inflight = upstream pool = streams")
+             + f"; open files limit {nofile[0]}; {os.cpu_count()} CPUs; {_tree_state()}.")
+    print(markdown(runs, setup))
+    if args.json:
+        args.json.write_text(json.dumps({"setup": setup, "args": {k: str(v) for k, v in vars(args).items()},
+                                         "runs": runs}, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
