@@ -12,7 +12,9 @@ gets an immediate 503 (an OpenAI error body) and is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 from typing import Any
 
 import orjson
@@ -44,6 +46,16 @@ def connection_cap(cfg: GatewayConfig) -> int:
     return (lim.max_inflight or cfg.upstream.max_connections) + lim.max_queue + 256
 
 
+def _no_delay(transport: asyncio.Transport) -> None:
+    """Small writes go out at once. asyncio sets TCP_NODELAY only on sockets it knows are TCP;
+    with ``--workers N`` uvicorn binds the listening socket itself with protocol 0, and every
+    response then waited for the client's delayed ACK (+40 ms per request, measured)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class GuardedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -67,6 +79,7 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        _no_delay(transport)
         super().connection_made(transport)
         if len(self.connections) > _settings()[1]:  # over the cap: refuse before reading anything
             transport.write(FULL)
