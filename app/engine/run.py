@@ -194,6 +194,36 @@ class Frames:
             raise StopAsyncIteration
         return payload
 
+    def batched(self) -> Batches:
+        """The same payloads, every one already produced together: a burst from upstream
+        (many events in one read, or a busy loop) becomes one write to the client."""
+        return Batches(self)
+
     async def aclose(self) -> None:
         if not self._done and self._run.mode != "background":
             self._run.cancel()
+
+
+class Batches:
+    """:class:`Frames` in lists of what is ready at once (same end, same cancellation)."""
+
+    def __init__(self, frames: Frames) -> None:
+        self._frames = frames
+
+    def __aiter__(self) -> Batches:
+        return self
+
+    async def __anext__(self) -> list[Json]:
+        frames = self._frames
+        batch = [await frames.__anext__()]
+        queue = frames._run._queue
+        while not queue.empty():
+            payload = queue.get_nowait()
+            if payload is None:
+                frames._done = True
+                break
+            batch.append(payload)
+        return batch
+
+    async def aclose(self) -> None:
+        await self._frames.aclose()

@@ -24,15 +24,16 @@ from app.http.sse import DONE
 Frame = Callable[[dict[str, Any]], bytes]
 
 
-async def _framed(payloads: AsyncIterator[dict[str, Any]], frame: Frame,
+async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
                   done: bytes | None) -> AsyncIterator[bytes]:
+    """Each batch of payloads (what the run produced at once) as one body chunk."""
     try:
-        async for payload in payloads:
-            yield frame(payload)
+        async for batch in batches:
+            yield frame(batch[0]) if len(batch) == 1 else b"".join(map(frame, batch))
         if done is not None:
             yield done
     finally:
-        aclose = getattr(payloads, "aclose", None)
+        aclose = getattr(batches, "aclose", None)
         if aclose is not None:
             await aclose()
 
@@ -43,14 +44,15 @@ def sse_response(run: Run, frame: Frame, grace: float) -> Response:
     def stop() -> None:
         run.stop(ServerShutdown("The gateway is shutting down; the answer was cut short."))
 
-    return EventSourceResponse(_framed(drained(run.frames(), drain, stop), frame, DONE), ping=15,
-                               sep="\n", shutdown_event=drain.event,
+    return EventSourceResponse(_framed(drained(run.frames().batched(), drain, stop), frame, DONE),
+                               ping=15, sep="\n", shutdown_event=drain.event,
                                shutdown_grace_period=drain.grace + 5,
                                headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
 
 
 def jsonlines_response(run: Run, frame: Frame) -> Response:
-    return StreamingResponse(_framed(run.frames(), frame, None), media_type="application/jsonlines")
+    return StreamingResponse(_framed(run.frames().batched(), frame, None),
+                             media_type="application/jsonlines")
 
 
 async def json_answer(request: Request, starting: Awaitable[Run]) -> Response:

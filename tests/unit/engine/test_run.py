@@ -161,3 +161,33 @@ async def test_a_background_run_survives_its_waiter_and_opens_its_stream_itself(
     await run.finished(within=5)
     assert enc.result()["status"] == "completed" and registry == {}
     assert hooks.calls == [("ended", "completed")]
+
+
+async def test_batches_hold_what_was_produced_together_and_nothing_is_lost() -> None:
+    """A burst (many events from one upstream read) is one batch: one write to the client. The
+    batches hold exactly the payloads, in order, ending with the one terminal."""
+    events: list[ev.Event] = [ev.TextDelta(f"t{i}") for i in range(20)]
+    src = Source([*events, ev.PartDone("text"), ev.Finished("stop", Usage(1, 20))])
+    one_by_one = chat_run()
+    one_by_one.begin(src.__aiter__())
+    expected = await drain(one_by_one)
+    src = Source([*events, ev.PartDone("text"), ev.Finished("stop", Usage(1, 20))])
+    run = chat_run()
+    run.begin(src.__aiter__())
+    batches = [b async for b in run.frames().batched()]
+    assert len(batches) < len(expected) // 4  # the source never waits: a few batches at most
+    flat = [p for b in batches for p in b]
+    assert [p["choices"][0]["delta"] for p in flat] == [p["choices"][0]["delta"] for p in expected]
+    assert sum(p["choices"][0]["finish_reason"] == "stop" for p in flat) == 1
+
+
+async def test_batches_closed_early_cancel_the_run() -> None:
+    src = Source([ev.TextDelta("a")], hang=True)
+    run = responses_run()
+    run.begin(src.__aiter__())
+    batches = run.frames().batched()
+    while not any(p["type"] == "response.output_text.delta" for p in await batches.__anext__()):
+        pass
+    await batches.aclose()
+    await run.finished(within=5)
+    assert src.closed and run.encoder.result()["status"] == "cancelled"
