@@ -61,6 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         lifespan="on",
+        loop=args.loop,  # "auto": uvloop when installed (measured no faster here: not a dependency)
         timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
         http=GuardedH11Protocol,  # request heads have a deadline, open connections a cap
         h11_max_incomplete_event_size=64 * 1024,  # request head size
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                       help="event loop (default auto: uvloop when installed, else asyncio)")
     serve.add_argument("--embedded", metavar="MODEL.gguf|NAME",
                        help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra); "
                             "or a model that installs from PyPI: " + "; ".join(
