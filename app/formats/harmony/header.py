@@ -54,17 +54,19 @@ def token_bytes(token: int) -> bytes:
     return data
 
 
-def decode_header(tokens: list[int], role: str | None) -> Header:
+def decode_header(tokens: list[int], role: str | None, complete: bool = True) -> Header:
     """The header of a message from its token ids (``<|start|>`` and ``<|message|>``
-    excluded); ``role``: the author when the prompt already named it."""
+    excluded); ``role``: the author when the prompt already named it. ``complete=False``: a
+    header a stop token cut before its ``<|message|>`` (read for its channel only, as
+    openai-harmony does; only a broken channel fails)."""
     try:
         text = b"".join(token_bytes(t) for t in tokens).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HarmonyFormatError(f"could not decode header: {exc}") from None
-    return parse_header(text, role)
+    return parse_header(text, role, complete)
 
 
-def parse_header(text: str, role: str | None) -> Header:
+def parse_header(text: str, role: str | None, complete: bool = True) -> Header:
     """Author, channel and recipient of a header string (see the module docstring)."""
     channel: str | None = None
     idx = text.find(CHANNEL_MARKER)
@@ -93,7 +95,7 @@ def parse_header(text: str, role: str | None) -> Header:
     if parts and parts[0] == role:
         parts.pop(0)
     recipient: str | None = None
-    if parts:
+    if parts and complete:
         count = len(parts)
         last = parts.pop()
         if last.startswith("to="):

@@ -125,6 +125,8 @@ class HarmonyEventParser:
                 self._state = _State.BODY
                 self._open_message(header.role, header.channel, header.recipient)
             elif tok in _TERMINATORS:  # a header without a body: skipped, as openai-harmony does
+                if self._role is not None and self._header:
+                    decode_header(self._header, self._role, complete=False)  # may fail
                 if tok != END:
                     self._stop_token = tok
                 self._header, self._role = [], None

@@ -132,3 +132,11 @@ def test_header_rules_follow_openai_harmony() -> None:
 def test_token_outside_the_vocabulary_is_an_error_not_silence() -> None:
     ids = [*_encode("<|channel|>final<|message|>Hi"), 300_000, *_encode(" there"), RETURN]
     assert _run(HarmonyEventParser, ids, [], "eos", (), False)[1]
+
+
+def test_a_header_cut_by_a_stop_token_is_still_checked() -> None:
+    """openai-harmony reads a header a stop token ended for its channel: an empty channel fails
+    there too (found by the differential test above)."""
+    ids = [CHANNEL, RETURN, MESSAGE, END]
+    assert _run(HarmonyEventParser, ids, [], "eos", (), False) == \
+        _run(ReferenceHarmonyParser, ids, [], "eos", (), False) == ([], True)
