@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -97,7 +98,7 @@ async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events],
             try:
                 limit = remaining if pool.policy.attempt_timeout is None else min(
                     remaining, pool.policy.attempt_timeout)
-                with anyio.fail_after(limit):
+                async with asyncio.timeout(limit):  # (anyio's fail_after: ~0.1 ms a request)
                     first = await events.__anext__()
             except TimeoutError:
                 raise UpstreamTimeout(f"The backend at {replica.url} sent nothing for "

@@ -12,11 +12,12 @@ how readiness and the window are discovered.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Literal, Protocol
 
-import anyio
 import httpx
 import orjson
 
@@ -168,10 +169,11 @@ async def _drain(raws: AsyncIterator[bytes], decoder: StreamDecoder) -> list[str
     """What is left of a finished response body (bounded in time: a backend that keeps the
     body open is simply closed, as before)."""
     rest: list[str] = []
-    with anyio.move_on_after(DRAIN_SECONDS):
-        async for raw in raws:
-            rest += decoder.decode(raw)
-        rest += decoder.flush()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for raw in raws:
+                rest += decoder.decode(raw)
+            rest += decoder.flush()
     return rest
 
 

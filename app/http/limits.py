@@ -11,12 +11,12 @@ generation request is refused with 503 before its body is even read.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import math
 import time
 from dataclasses import dataclass, field
 
-import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -91,7 +91,7 @@ class LimitsMiddleware:
                 return
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             try:
-                with anyio.fail_after(self.settings.body_timeout):
+                async with asyncio.timeout(self.settings.body_timeout):  # cheaper than anyio's
                     body = await _read_body(receive, limit)
             except TimeoutError:
                 await self._reject(scope, receive, send, 408, "The request body did not arrive within "
