@@ -41,6 +41,27 @@ def main() -> None:
         best = min(best, time.perf_counter() - t0)
     print(f"tokens={len(ids)} best_total_ms={best * 1e3:.1f} us_per_token={best / len(ids) * 1e6:.2f} "
           f"sse_bytes={out}")
+    # the stages apart: upstream JSON → Chunk, the parser, the encoder + SSE framing
+    chunks = [event_to_chunk(orjson.loads(data)) for data in raw]
+    stages: dict[str, float] = {}
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for data in raw:
+            event_to_chunk(orjson.loads(data))
+        t1 = time.perf_counter()
+        parser = HarmonyEventParser(100)
+        events = [e for chunk in chunks for e in parser.feed(chunk)]
+        t2 = time.perf_counter()
+        encoder = ChatEncoder("chatcmpl-x", "m", 0, include_usage=True, logprobs=False)
+        for event in events:
+            for payload in encoder.encode(event):
+                data_event(payload)
+        t3 = time.perf_counter()
+        for name, took in (("upstream JSON -> Chunk", t1 - t0), ("Harmony parser", t2 - t1),
+                           ("chat encoder + SSE", t3 - t2)):
+            stages[name] = min(stages.get(name, float("inf")), took)
+    for name, took in stages.items():
+        print(f"  {name}: us_per_token={took / len(ids) * 1e6:.2f}")
 
 
 if __name__ == "__main__":
