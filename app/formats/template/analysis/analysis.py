@@ -178,4 +178,7 @@ def _plausible(a: TemplateAnalysis) -> TemplateAnalysis:
         a = replace(a, content=ContentAnalysis())
     if _implausible(a.tools):
         a = replace(a, tools=ToolAnalysis())
+    thinking = {a.reasoning.start, a.reasoning.end} - {""}
+    if a.tools.section_start in thinking:  # a lone </think> before the calls is not their section
+        a = replace(a, tools=replace(a.tools, section_start=""))
     return a

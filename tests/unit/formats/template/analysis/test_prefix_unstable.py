@@ -82,3 +82,15 @@ def test_markers_holding_prompt_text_are_not_used() -> None:
     long = replace(a, tools=replace(a.tools, per_call_start="<" + "x" * 80 + ">"))
     assert _plausible(long).tools == ToolAnalysis()
     assert _plausible(a) == a
+
+
+def test_a_reasoning_marker_is_never_the_tool_section_start() -> None:
+    """A FORCED_OPEN / FORCED_CLOSED template's lone end-of-reasoning marker before the calls
+    is not their section start (issue 14 item 8; no reference template shows it yet)."""
+    from app.formats.template.analysis.result import ReasoningAnalysis, ReasoningMode
+
+    a = analyze(SYSTEM_ONLY_WHEN_GENERATING)
+    forced = replace(a, reasoning=ReasoningAnalysis(ReasoningMode.FORCED_OPEN, "<think>", "</think>"),
+                     tools=replace(a.tools, section_start="</think>"))
+    assert _plausible(forced).tools.section_start == ""
+    assert _plausible(forced).tools.per_call_start == "<tool_call>"
