@@ -49,6 +49,7 @@ class Frame:
     body: str
     end: str  # "end" | "return" | "call"
     pos: int
+    call_id: str | None = None  # the header's, or one generated for a Harmony call (HIP-1)
 
 
 @dataclass(slots=True)
@@ -150,8 +151,18 @@ def parse_transcript(text: str) -> Transcript:
     version = match.group(1) if match else ("1.x" if not head.strip() else "")
     if head.strip() and not errors and not match:
         errors.append(SpecError("E-PARSE-HEADER", "the YAML header has no 'version'", 0))
+    elif match and version.split(".")[0] not in ("1", "2"):
+        errors.append(SpecError("E-PARSE-HEADER", f"version {version} is not one this validator "
+                                "reads (OpenChatML 1.x and 2.x)", match.start()))
     t = Transcript(settings=settings, version=version, errors=errors)
     _frames(t, text[max(first, 0):] if first >= 0 else "", max(first, 0))
+    if version == "1.x" and any(f.header.channel is not None or f.header.recipient is not None
+                                or f.header.constrain is not None for f in t.frames):
+        # Channels, recipients and constraints are 2.x: not a 1.x transcript, but one without
+        # the header §2 asks for (the spec's own §16 examples are written so)
+        t.version = "2.x"
+        t.notes.append((0, "channels, recipients or <|constrain|> are OpenChatML 2.x, and a 2.x "
+                           "transcript begins with a YAML header ('version: 2.2', §2)"))
     _check(t)
     return t
 
@@ -234,10 +245,16 @@ def _check(t: Transcript) -> None:
             t.errors.append(SpecError("E-CALL-SCHEMA", "tool call arguments are not a JSON "
                                       "object", f.pos))
         if h.role == "assistant" and is_call(h):
-            if h.call_id is None and modern:
-                t.errors.append(SpecError("E-PARSE-HEADER", "a tool call needs call_id= in "
-                                          "its <|start|> header", f.pos))
-            elif h.call_id is not None and h.call_id in calls:
+            f.call_id = h.call_id
+            if h.call_id is None:  # Harmony has no call ids: accepted (HIP-1), one generated
+                f.call_id = f"call_{len(calls) + 1}"
+                while f.call_id in calls:
+                    f.call_id += "_"
+                calls[f.call_id] = h.recipient or ""
+                if modern:
+                    t.notes.append((f.pos, f"a tool call without call_id= (Harmony style, "
+                                           f"HIP-1): read as call_id={f.call_id}"))
+            elif h.call_id in calls:
                 t.errors.append(SpecError("E-PARSE-HEADER", f"call_id={h.call_id} is not "
                                           "unique", f.pos))
             elif h.call_id is not None:
@@ -281,7 +298,7 @@ def to_json(t: Transcript) -> dict[str, Any]:
         obj: dict[str, Any] = {"role": "tool" if legacy else h.role,
                                "channel": h.channel or "final"}
         if h.role == "assistant" and is_call(h):
-            obj["tool_call"] = {"id": h.call_id, "recipient": h.recipient,
+            obj["tool_call"] = {"id": f.call_id, "recipient": h.recipient,
                                 "content_type": h.constrain or h.content_type,
                                 "arguments": f.body}
         elif h.channel == "analysis":

@@ -98,7 +98,7 @@ def test_section_2_header_parses_like_yaml() -> None:
     ("<|start|>assistant<|channel|>nope<|message|>x<|end|>", ["E-PARSE-HEADER"]),
     ("junk<|start|>user<|message|>x<|end|>", ["E-PARSE-HEADER"]),
     ("<|start|>assistant to=functions.f<|channel|>final<|message|>{}<|call|>",
-     ["E-PARSE-HEADER"]),  # a 2.2 call needs call_id=
+     []),  # a Harmony call without call_id= is accepted (HIP-1): a note and a generated id
     ("<|start|>assistant to=functions.f call_id=a<|channel|>final<|message|>[1]<|call|>",
      ["E-CALL-SCHEMA"]),
     ("<|start|>tool name=functions.f call_id=zz<|channel|>final<|message|>{}<|end|>",
@@ -128,3 +128,19 @@ def test_bad_yaml_header_and_usage(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 1 and f"{path}:1:1: E-PARSE-HEADER" in out
     assert cli(capsys, "validate", str(tmp_path / "missing.ocml"))[0] == 2
     assert cli(capsys, "frobnicate", str(path))[0] == 2
+
+
+def test_validator_edges_versions_headerless_channels_and_harmony_calls() -> None:
+    """An unknown major version is an error; channels without a YAML header are not 1.x; a
+    Harmony-style call without call_id= is accepted with a generated id and a note (HIP-1)."""
+    three = parse_transcript("version: 3.0\n<|start|>user<|message|>hi<|end|>")
+    assert [e.code for e in three.errors] == ["E-PARSE-HEADER"] and "3.0" in three.errors[0].message
+    bare = parse_transcript("<|start|>assistant<|channel|>final<|message|>hi<|return|>")
+    assert bare.errors == [] and bare.version == "2.x" and "YAML header" in bare.notes[0][1]
+    assert parse_transcript("<|start|>user<|message|>hi<|end|>").version == "1.x"
+    harmony = parse_transcript(
+        HEADER + "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json"
+                 "<|message|>{}<|call|>"
+                 "<|start|>assistant to=functions.g<|channel|>commentary<|message|>{}<|call|>")
+    assert harmony.errors == [] and len(harmony.notes) == 2
+    assert [m["tool_call"]["id"] for m in to_json(harmony)["messages"]] == ["call_1", "call_2"]
