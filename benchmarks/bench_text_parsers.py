@@ -64,7 +64,7 @@ def main() -> None:
     tools = (FunctionTool("write", None, {"type": "object",
                                           "properties": {"text": {"type": "string"}}}),)
     coder = (TEMPLATES / "Qwen3-Coder.jinja").read_text()
-    for words_n in (4000, 16000):
+    for words_n in (150, 1500, 6000, 23500):  # ~1k to ~160k characters
         body = " ".join(f"word{i % 50}" for i in range(words_n))
         call = (f"<tool_call>\n<function=write>\n<parameter=text>\n{body}\n</parameter>\n"
                 "</function>\n</tool_call>")
