@@ -49,7 +49,7 @@ class FakeTemplateLlamaCpp:
             return httpx.Response(200, json={"tokens": tokenize(
                 body["content"], bool(body.get("parse_special", True)), self.leaky)})
         self.completions.append(body)
-        events = [b"data: " + json.dumps({"content": piece, "tokens": [3000 + n], "stop": False}).encode()
+        events = [b"data: " + json.dumps(self._event(n, piece, int(body.get("n_probs", 0)))).encode()
                   + b"\n\n" for n, piece in enumerate(self.answer)]
         events.append(b"data: " + json.dumps({
             "content": "", "tokens": [], "stop": True, "stop_type": self.stop_type,
@@ -57,6 +57,17 @@ class FakeTemplateLlamaCpp:
             "timings": {"cache_n": 0}}).encode() + b"\n\n")
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
                               stream=RecordedBody(events, lambda: None))
+
+    @staticmethod
+    def _event(n: int, piece: str, n_probs: int) -> dict[str, Any]:
+        """One token's event; with ``n_probs``, its ``completion_probabilities`` in the shape of
+        the recording ``llamacpp/03b_completion_tokenids_stream_n_probs2``."""
+        event: dict[str, Any] = {"content": piece, "tokens": [3000 + n], "stop": False}
+        if n_probs:
+            item = {"id": 3000 + n, "token": piece, "bytes": list(piece.encode()),
+                    "logprob": -0.25 * n}
+            event["completion_probabilities"] = [{**item, "top_logprobs": [item][:n_probs]}]
+        return event
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self)

@@ -147,3 +147,17 @@ async def test_tools_on_a_template_without_tool_syntax_are_a_400(choice: str) ->
             "tool_choice": "none"})
         assert r.status_code == 200, r.text
     assert not fake.completions[:-1]
+
+
+async def test_logprobs_cover_the_answer_tokens() -> None:
+    """A template model's answer comes back with its tokens' logprobs (they used to be `[]`
+    although `n_probs` went upstream)."""
+    fake = FakeTemplateLlamaCpp(["Par", "is", "<end_of_turn>"])
+    r = await _chat(fake, {"messages": [{"role": "user", "content": "Capital of France?"}],
+                           "logprobs": True, "top_logprobs": 1})
+    assert r.status_code == 200, r.text
+    assert fake.completions[0]["n_probs"] >= 1
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert [c["token"] for c in content] == ["Par", "is"]
+    assert [c["logprob"] for c in content] == [0.0, -0.25]
+    assert [len(c["top_logprobs"]) for c in content] == [1, 1]

@@ -35,3 +35,36 @@ def test_usage_after_finish_is_waited_for() -> None:
 def test_end_without_finish_is_truncation() -> None:
     events = run([Chunk("partial", (1,))])
     assert isinstance(events[-1], ev.Error) and events[-1].code == "stream_truncated"
+
+
+def _logprob_parser(name: str, prompt: str) -> TextEventParser:
+    from app.formats.template.parse import template_decoder
+    from tests.unit.formats.template.analysis.roundtrip import TEMPLATES
+
+    source = (TEMPLATES / f"{name}.jinja").read_text()
+    return TextEventParser(template_decoder(source, ((prompt, True),)), 5)
+
+
+def test_answer_tokens_keep_their_logprobs_and_reasoning_and_markers_do_not() -> None:
+    """Template and OpenChatML models: the answer's tokens come back with their logprobs (they
+    used to come back empty); reasoning tokens and the markers around them are not answer
+    tokens."""
+    from app.core.output import TokenLogprob
+    from app.formats.openchatml.parse import OpenChatMLDecoder
+
+    pieces = ["<think>", "Let", " me", " think", "</think>", "\n\n", "Hello", " <", "b>", " world",
+              "."]
+    for parser in (_logprob_parser("deepseek-ai-DeepSeek-V3.1", "<｜Assistant｜>"),
+                   TextEventParser(OpenChatMLDecoder(), 5)):
+        if isinstance(parser._decoder, OpenChatMLDecoder):
+            pieces = ["<|channel|>", "analysis", "<|message|>", "Let", " me", " think", "<|end|>",
+                      "<|start|>", "assistant", "<|channel|>", "final", "<|message|>", "Hello",
+                      " <", "b>", " world", ".", "<|return|>"]
+        events: list[ev.Event] = []
+        for i, piece in enumerate(pieces):
+            events += parser.feed(Chunk(piece, (i,), logprobs=(TokenLogprob(piece, -0.1 * i),)))
+        events += parser.feed(Chunk(finish=Finish("eos"))) + parser.close()
+        text = "".join(e.text for e in events if isinstance(e, ev.TextDelta))
+        tokens = [lp.token for e in events if isinstance(e, ev.TextDelta) for lp in e.logprobs or ()]
+        assert text == "Hello <b> world."
+        assert tokens == ["Hello", " <", "b>", " world", "."], tokens
