@@ -41,6 +41,7 @@ class Capabilities:
     json_schema: bool = False
     images: bool = False
     ignore_eos: bool = False
+    logit_bias: bool = False
 
 
 class Backend(Protocol):

@@ -89,7 +89,7 @@ class LlamaCppDialect:
     framing: Framing = "sse"
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
                                 seed=True, json_schema=True, images=False, tokenize=True,
-                                ignore_eos=True)
+                                ignore_eos=True, logit_bias=True)
 
     def url(self, base: str) -> str:
         return f"{base}/completion"
@@ -143,6 +143,8 @@ class LlamaCppDialect:
             body["ignore_eos"] = True
         if params.logprobs:
             body["n_probs"] = max(params.top_logprobs, 1)
+        if params.logit_bias:
+            body["logit_bias"] = [[token, bias] for token, bias in params.logit_bias]
         if prompt.json_schema is not None:
             body["json_schema"] = prompt.json_schema  # llama.cpp compiles it to a grammar
         return body

@@ -117,6 +117,8 @@ def request_body(model: str, conv: Conversation, prompt: Prompt,
         value = getattr(params, name)
         if value is not None:
             body[name] = value
+    if params.logit_bias:
+        body["logit_bias"] = {str(token): bias for token, bias in params.logit_bias}
     if params.template_kwargs:  # vLLM / SGLang read these; the client asked for them
         body["chat_template_kwargs"] = dict(params.template_kwargs)
     stops = stop_strings(prompt, params)
@@ -224,7 +226,7 @@ class OpenAIChatDialect:
     framing: Framing = "sse"
     capabilities = Capabilities(prompt=False, chat=True, token_ids=False, logprobs=True,
                                 max_top_logprobs=20, n=False, seed=True, json_schema=True,
-                                images=True)
+                                images=True, logit_bias=True)
 
     def __init__(self, model: str, api_key: str | None = None) -> None:
         self._model = model

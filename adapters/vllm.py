@@ -69,7 +69,7 @@ class VLLMDialect:
     framing: Framing = "sse"
     # n > 1 is refused (400): the pipeline streams one choice; send n requests instead.
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=True, images=False, ignore_eos=True)
+                                seed=True, json_schema=True, images=False, ignore_eos=True, logit_bias=True)
 
     def __init__(self, served_model: str) -> None:
         self._model = served_model
@@ -129,6 +129,8 @@ class VLLMDialect:
             body["ignore_eos"] = True
         if params.logprobs:
             body["logprobs"] = max(params.top_logprobs, 1)
+        if params.logit_bias:
+            body["logit_bias"] = {str(token): bias for token, bias in params.logit_bias}
         if prompt.json_schema is not None:
             body["structured_outputs"] = {"json": prompt.json_schema}  # vLLM >= 0.10.2
         return body

@@ -62,6 +62,28 @@ def template_kwargs(value: dict[str, Any] | None,
     return tuple(out)
 
 
+_MAX_LOGIT_BIAS = 1024
+
+
+def logit_bias(value: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``logit_bias``: token ids (as JSON object keys) to a bias in [-100, 100]."""
+    if not value:
+        return ()
+    if len(value) > _MAX_LOGIT_BIAS:
+        raise InvalidRequest(f"logit_bias may name at most {_MAX_LOGIT_BIAS} tokens.",
+                             param="logit_bias")
+    out: list[tuple[int, float]] = []
+    for key, bias in value.items():
+        if not key.isdigit() or len(key) > 9:
+            raise InvalidRequest(f"logit_bias keys are token ids; {key[:40]!r} is not one.",
+                                 param=f"logit_bias.{key[:40]}")
+        if not -100.0 <= bias <= 100.0:
+            raise InvalidRequest("A logit_bias value must be between -100 and 100.",
+                                 param=f"logit_bias.{key}")
+        out.append((int(key), float(bias)))
+    return tuple(out)
+
+
 def check_function_name(name: str, param: str) -> str:
     if not _NAME_RE.fullmatch(name):
         raise InvalidRequest(

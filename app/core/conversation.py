@@ -114,3 +114,4 @@ class GenerationParams:
     # the client's chat_template_kwargs: variables for a Jinja chat template (checked at ingest:
     # names that are not the template's own inputs, values that render as no text of their own)
     template_kwargs: tuple[tuple[str, TemplateValue], ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias): the backend's vocabulary

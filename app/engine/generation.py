@@ -59,6 +59,9 @@ def check_capabilities(route: ModelRoute, params: GenerationParams,
     if params.top_logprobs > caps.max_top_logprobs:
         raise InvalidRequest(f"top_logprobs may be at most {caps.max_top_logprobs} for this "
                              "backend.", param="top_logprobs")
+    if params.logit_bias and not caps.logit_bias:
+        raise InvalidRequest(f"logit_bias is not supported by the {route.backend.kind} backend.",
+                             param="logit_bias")
     if params.ignore_eos and not caps.ignore_eos:
         raise InvalidRequest(f"ignore_eos is not supported by the {route.backend.kind} backend.",
                              param="ignore_eos")

@@ -27,6 +27,7 @@ from app.core.prompt import Prompt
 from app.formats.chat.parse import DeltaParser
 from app.formats.harmony.parse import HarmonyEventParser
 from app.formats.harmony.render import HarmonyOptions, render_harmony
+from app.formats.harmony.vocab import VOCAB_SIZE
 from app.formats.openchatml.parse import OpenChatMLDecoder
 from app.formats.openchatml.render import OpenChatMLOptions, render_openchatml
 from app.formats.parsing.base import EventParser
@@ -61,6 +62,11 @@ class HarmonyFormat:
         return None
 
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
+        for token, _ in params.logit_bias:
+            if token >= VOCAB_SIZE:
+                raise InvalidRequest(f"Token id {token} is not in this model's vocabulary "
+                                     f"(o200k_harmony: 0 to {VOCAB_SIZE - 1}).",
+                                     param=f"logit_bias.{token}")
         return render_harmony(conv, params, self.options)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:

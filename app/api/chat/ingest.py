@@ -8,6 +8,7 @@ from app.api.validate import (
     check_call_id,
     check_function_name,
     check_json_schema,
+    logit_bias,
     reasoning_effort,
     template_kwargs,
     thinking,
@@ -127,8 +128,6 @@ def _response_format(req: wire.ChatCompletionRequest) -> ResponseFormat | None:
 
 
 def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
-    if req.logit_bias:
-        raise InvalidRequest("logit_bias is not supported by this gateway.", param="logit_bias")
     if req.top_logprobs and not req.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
     if req.stream_options is not None and not req.stream:
@@ -161,6 +160,7 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
         reasoning_effort=reasoning_effort(req.reasoning_effort),
         thinking=thinking(req.reasoning_effort),
         template_kwargs=template_kwargs(req.chat_template_kwargs),
+        logit_bias=logit_bias(req.logit_bias),
         tool_choice=_tool_choice(req, tools),
         parallel_tool_calls=req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
     )

@@ -26,6 +26,7 @@ O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d
 # Harmony control tokens in o200k_harmony.
 START, END, MESSAGE, CHANNEL, CONSTRAIN = 200006, 200007, 200008, 200005, 200003
 RETURN, CALL = 200002, 200012
+VOCAB_SIZE = 201088  # o200k_harmony's token ids are 0 .. VOCAB_SIZE - 1
 
 
 def cache_dir() -> Path:

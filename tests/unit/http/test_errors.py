@@ -54,7 +54,8 @@ async def _post_raw(content: bytes | None = None, json: Any = None) -> tuple[int
     ({"model": MODEL, "messages": [{"role": "tool", "content": "x", "tool_call_id": "call_1"}]}, 400,
      "invalid_request", "messages[0].tool_call_id"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_value", None),
-    ({"model": MODEL, "messages": USER, "logit_bias": {"1": 5}}, 400, "invalid_request", "logit_bias"),
+    ({"model": MODEL, "messages": USER, "logit_bias": {"x1": 5}}, 400, "invalid_request",
+     "logit_bias.x1"),
     ({"model": MODEL, "messages": USER, "stream": False, "stream_options": {"include_usage": True}},
      400, "invalid_request", "stream_options"),
 ])
