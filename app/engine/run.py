@@ -194,6 +194,18 @@ class Frames:
             raise StopAsyncIteration
         return payload
 
+    async def batch(self) -> list[Json]:
+        """The next payload and every one already queued behind it."""
+        batch = [await self.__anext__()]
+        queue = self._run._queue
+        while not queue.empty():
+            payload = queue.get_nowait()
+            if payload is None:
+                self._done = True
+                break
+            batch.append(payload)
+        return batch
+
     def batched(self) -> Batches:
         """The same payloads, every one already produced together: a burst from upstream
         (many events in one read, or a busy loop) becomes one write to the client."""
@@ -214,16 +226,7 @@ class Batches:
         return self
 
     async def __anext__(self) -> list[Json]:
-        frames = self._frames
-        batch = [await frames.__anext__()]
-        queue = frames._run._queue
-        while not queue.empty():
-            payload = queue.get_nowait()
-            if payload is None:
-                frames._done = True
-                break
-            batch.append(payload)
-        return batch
+        return await self._frames.batch()
 
     async def aclose(self) -> None:
         await self._frames.aclose()
