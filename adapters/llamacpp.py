@@ -11,7 +11,8 @@ the final ``stop: true`` event carries ``stop_type`` (``eos`` / ``limit`` /
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,12 +20,16 @@ import httpx
 import orjson
 
 from adapters.base import Capabilities, get_json, status_error, token_ids, transport_error
+from adapters.gguf import GGUFError, read_vocabulary
 from adapters.routing import RetryPolicy
+from adapters.safe_tokens import IsMarker, by_ids, by_shape, safe_ids
 from adapters.transport import Framing, HttpBackend, any_healthy
 from app.core.conversation import GenerationParams
 from app.core.errors import GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk, Finish, TokenLogprob, TopLogprob, Usage
 from app.core.prompt import Prompt
+
+log = logging.getLogger("ocm_gateway")
 
 _STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop_string"}
 
@@ -69,16 +74,6 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
         finish=chunk_finish,
         usage=usage,
     )
-
-
-# A token whose text is a bracketed tag: ``<start_of_turn>``, ``<|im_end|>``, ``[INST]``, and the
-# short ones (Gemma's ``<b>``, ``<s>``, ``[multimodal]``).  llama.cpp parses USER_DEFINED added
-# tokens even with ``parse_special: false`` (tests/fixtures/wire/README.md, 06f), and its
-# /tokenize says nothing about a token's type, so every token shaped like a tag is treated as a
-# possible marker: the text is re-tokenized so that none can form (an ordinary token of that
-# shape only costs a different split of the same text).
-_MARKER_PIECE = re.compile(r"^\s*(<[^<>\s]+>|\[[^\[\]\s]+\])\s*$")
-_BREAK_AFTER = re.compile(r"(?<=[<\[])")
 
 
 class LlamaCppDialect:
@@ -166,8 +161,11 @@ class LlamaCppBackend(HttpBackend):
     capabilities = LlamaCppDialect.capabilities
 
     def __init__(self, client: httpx.AsyncClient, base_urls: Sequence[str],
-                 policy: RetryPolicy | None = None) -> None:
+                 policy: RetryPolicy | None = None, *, gguf: str | None = None) -> None:
         super().__init__(client, base_urls, LlamaCppDialect(), policy)
+        self._gguf = gguf
+        self._is_marker: IsMarker | None = None
+        self._marker_lock = asyncio.Lock()
 
     async def chat_template(self) -> tuple[str, str, str]:
         """(chat_template, bos_token, eos_token) from the first replica's ``GET /props``."""
@@ -200,24 +198,45 @@ class LlamaCppBackend(HttpBackend):
         return [t if isinstance(t, dict) else {"id": t, "piece": ""} for t in tokens]
 
     async def _untrusted_ids(self, text: str) -> list[int]:
-        """Client text → ids that are never a control token.
+        """Client text → ids that are never a marker token (:mod:`adapters.safe_tokens`)."""
+        return await safe_ids(text, lambda t: self._tokenize(t, False), await self._marker_check())
 
-        Tokenized with ``parse_special: false``; if a resulting token still looks like a
-        marker (an added token llama.cpp matched anyway), the text is re-tokenized in
-        pieces that end right after each ``<`` / ``[``, so no token can span a marker."""
-        tokens = await self._tokenize(text, False)
-        if not any(isinstance(t.get("piece"), str) and _MARKER_PIECE.match(t["piece"]) for t in tokens):
-            return [int(t["id"]) for t in tokens]
-        pieces = [p for p in _BREAK_AFTER.split(text) if p]
-        parts = await asyncio.gather(*(self._tokenize(p, False) for p in pieces))
-        ids: list[int] = []
-        for part in parts:
-            if any(isinstance(t.get("piece"), str) and _MARKER_PIECE.match(t["piece"]) for t in part):
-                raise InvalidRequest("The message text contains a sequence this model's tokenizer "
-                                     "treats as a control token.", param="messages",
-                                     code="control_token_in_text")
-            ids += [int(t["id"]) for t in part]
-        return ids
+    async def _marker_check(self) -> IsMarker:
+        """Which tokens are markers: from the model's vocabulary when its GGUF file can be
+        read (``gguf`` in the config, else ``/props`` ``model_path``), else by shape.
+        Decided once, on first use."""
+        if self._is_marker is None:
+            async with self._marker_lock:
+                if self._is_marker is None:
+                    self._is_marker = await self._resolve_marker_check()
+        return self._is_marker
+
+    async def _resolve_marker_check(self) -> IsMarker:
+        path = self._gguf
+        if path is None:
+            props = await get_json(self._client, f"{self.base_urls[0]}/props")
+            reported = (props or {}).get("model_path")
+            if isinstance(reported, str) and await asyncio.to_thread(os.path.isfile, reported):
+                path = reported
+        if path is not None:
+            try:
+                vocab = await asyncio.to_thread(read_vocabulary, path)
+            except GGUFError as exc:
+                if self._gguf is not None:  # the operator named it: no silent downgrade
+                    log.error("llama.cpp at %s: cannot read the configured gguf: %s",
+                              self.base_urls[0], exc)
+                    raise UpstreamError(f"The model's vocabulary file cannot be read: {exc}") from None
+                log.warning("llama.cpp at %s: cannot read %s (%s); client text is checked for "
+                            "tag-shaped tokens instead", self.base_urls[0], path, exc)
+            else:
+                log.info("llama.cpp at %s: %d marker tokens from the vocabulary in %s",
+                         self.base_urls[0], len(vocab.markers), path)
+                return by_ids(frozenset(vocab.markers))
+        else:
+            log.warning("llama.cpp at %s: its model file is not readable here (set gguf in the "
+                        "model config); client text is checked for tag-shaped tokens instead",
+                        self.base_urls[0])
+        return by_shape
 
     async def _trusted_ids(self, text: str) -> list[int]:
         return [int(t["id"]) for t in await self._tokenize(text, True)]

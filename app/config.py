@@ -66,6 +66,10 @@ class ModelConfig(_Strict):
     # default: "chat" for chat-mode backends (ollama, openai), "harmony" otherwise
     prompt_format: Literal["harmony", "openchatml", "template", "chat"] | None = None
     context_window: int = Field(default=8192, ge=16)
+    # llamacpp: the model's GGUF file, read for its token types (which ids are added or
+    # control tokens that client text must never become).  Unset: the file llama.cpp reports
+    # in /props (model_path) when this process can read it, else a shape-based check.
+    gguf: str | None = None
     owned_by: str = "ocm-gateway"
     defaults: ModelDefaults = ModelDefaults()
     harmony: HarmonySettings = HarmonySettings()
@@ -86,6 +90,10 @@ class ModelConfig(_Strict):
                              "template.builtin, template.from_backend")
         if t.from_backend and self.backend != "llamacpp":
             raise ValueError("template.from_backend reads llama.cpp's /props: backend must be llamacpp")
+        if self.gguf is not None and self.backend != "llamacpp":
+            raise ValueError("gguf names the vocabulary llama.cpp tokenizes with: backend must be llamacpp")
+        if self.gguf is not None and not Path(self.gguf).is_file():
+            raise ValueError(f"gguf: no such file {self.gguf!r}")
         if self.prompt_format == "chat" and not chat_backend:
             raise ValueError("prompt_format 'chat' needs a chat-mode backend (ollama, openai)")
         return self
@@ -123,6 +131,7 @@ class LimitSettings(_Strict):
     requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)  # generations in flight per key
+    max_n: int = Field(default=8, ge=1)  # choices per chat completion (n); each is a generation
     # Admission control for the whole gateway process: generations in flight (default: the
     # upstream connection pool size), how many may wait for a slot, and for how long; beyond
     # either bound a request is a 503 with Retry-After.
@@ -161,6 +170,11 @@ class ResponsesSettings(_Strict):
     # Streaming event names: "auto" answers OpenAI's SDKs in OpenAI's names and everyone else
     # in the Open Responses document's (app/api/responses/dialect.py).
     event_dialect: Literal["auto", "openresponses", "openai"] = "auto"
+    # AES-256-GCM key (32 bytes, base64; `openssl rand -base64 32`) sealing encrypted_content of
+    # reasoning and compaction items (app/api/responses/sealing.py). Unset: a random key per
+    # process (a warning at startup; tokens do not survive a restart or reach another worker).
+    encryption_key: str | None = None
+    previous_encryption_keys: list[str] = []  # still open tokens sealed before a key rotation
 
 
 class AuthSettings(_Strict):

@@ -37,6 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["OCMGW_MODEL"] = name
         for key, value in overrides.items():
             os.environ[f"OCMGW__models__{name}__{key}"] = value
+        os.environ[f"OCMGW__models__{name}__gguf"] = str(gguf)  # read for its token types
         os.environ["OCMGW_BACKEND_URL"] = url
         os.environ["OCMGW_BACKEND"] = "llamacpp"
         os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)

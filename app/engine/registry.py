@@ -33,7 +33,8 @@ from app.formats.openchatml.render import OpenChatMLOptions
 
 BackendFactory = Callable[[str, ModelConfig, httpx.AsyncClient, RetryPolicy], Backend]
 BACKENDS: dict[str, BackendFactory] = {
-    "llamacpp": lambda name, cfg, client, policy: LlamaCppBackend(client, cfg.base_urls, policy),
+    "llamacpp": lambda name, cfg, client, policy: LlamaCppBackend(client, cfg.base_urls, policy,
+                                                                    gguf=cfg.gguf),
     "vllm": lambda name, cfg, client, policy: VLLMBackend(
         client, cfg.base_urls, cfg.upstream_model or name, policy),
     "ollama": lambda name, cfg, client, policy: OllamaBackend(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from adapters.gguf import read_vocabulary
 from adapters.llamacpp import LlamaCppBackend
 from app.core.conversation import Conversation, Message, TextPart
 from app.engine.registry import builtin_template
@@ -112,3 +113,20 @@ async def test_short_added_tokens_in_user_text_are_split(gemma_gguf: Path, marke
             back = (await client.post(f"{url}/detokenize", json={"tokens": safe})).json()["content"]
     assert len(raw) == 1  # llama.cpp alone: the marker is one token (the reason for the check)
     assert raw[0] not in safe and back == text
+
+
+async def test_markers_come_from_the_gemma_vocabulary(gemma_gguf: Path) -> None:
+    # The GGUF's own token types decide, found through the model_path llama.cpp reports:
+    # Gemma's tag-shaped *ordinary* tokens (here " [...]", id 45996) stay whole, which a
+    # shape-based check cannot tell from an added token.
+    vocab = read_vocabulary(gemma_gguf)
+    assert {5, 105, 106}.issubset(vocab.markers) and 45996 not in vocab.markers
+    assert vocab.markers[5] == "[multimodal]" and "\n\n" not in vocab.markers.values()
+    text = "wait [...] ok <b>"
+    with llama_server(gemma_gguf, n_ctx=1024) as url:
+        async with httpx.AsyncClient(timeout=30) as client:
+            raw = (await client.post(f"{url}/tokenize", json={"content": text, "parse_special": False,
+                                                               "add_special": False})).json()["tokens"]
+            safe = await LlamaCppBackend(client, [url]).tokenize([(text, False)])
+    assert 45996 in raw and 45996 in safe
+    assert set(raw) & set(vocab.markers) and not set(safe) & set(vocab.markers)

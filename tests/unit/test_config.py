@@ -63,12 +63,21 @@ def test_config_file_from_env_var(tmp_path: Path) -> None:
     '[models.m]\nbase_urls = []\n',
     '[models.m]\nbase_urls = ["http://h"]\nbackend = "nope"\n',
     '[models.m]\nbase_urls = ["http://h"]\ntypo_field = 1\n',
+    '[models.m]\nbase_urls = ["http://h"]\ngguf = "/no/such/model.gguf"\n',
+    '[models.m]\nbase_urls = ["http://h"]\nbackend = "vllm"\ngguf = "/etc/hostname"\n',
 ])
 def test_bad_config_is_rejected(tmp_path: Path, text: str) -> None:
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ValidationError):
         load_config(path, env={})
+
+
+def test_gguf_names_an_existing_file_for_llamacpp(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[models.m]\nbase_urls = ["http://h"]\ngguf = "{tmp_path / "m.gguf"}"\n')
+    assert load_config(path, env={}).models["m"].gguf == str(tmp_path / "m.gguf")
 
 
 def test_commented_example_models_are_valid(tmp_path: Path) -> None:
