@@ -105,6 +105,15 @@ class ReasoningItem(_Wire):
     status: str | None = None
 
 
+class CompactionItem(_Wire):
+    """What ``POST /v1/responses/compact`` returns in place of the transcript it compacted."""
+
+    type: Literal["compaction"]
+    id: str | None = None
+    encrypted_content: str = Field(max_length=10_485_760)
+    created_by: str | None = None
+
+
 class ItemReference(_Wire):
     type: Literal["item_reference"]
     id: str
@@ -126,6 +135,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]
@@ -216,3 +226,32 @@ class CreateResponseBody(_Wire):
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = Field(default=None, max_length=64)
     user: str | None = None
+
+
+class InputTokensBody(_Wire):
+    """``POST /v1/responses/input_tokens``: the prompt-shaping fields of a create body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None  # the SDK may omit it: then [default_model]
+    input: str | list[InputItem] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[FunctionToolParam] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceParam | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning: ReasoningParam | None = None
+    text: TextParam | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+
+
+class CompactBody(_Wire):
+    """``POST /v1/responses/compact`` (``CompactResponseMethodPublicBody``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    input: str | list[InputItem] | None = Field(default=None)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    prompt_cache_key: str | None = Field(default=None, max_length=64)

@@ -7,7 +7,8 @@ construction the fold of the events.  Item mapping:
 
 * reasoning → ``reasoning`` item with one ``reasoning_text`` content part
   (``response.reasoning.delta`` / ``.done``; OpenAI's SDKs get ``response.reasoning_text.*``,
-  see :mod:`app.api.responses.dialect`);
+  see :mod:`app.api.responses.dialect`), and its sealed ``encrypted_content`` when the
+  request includes ``reasoning.encrypted_content``;
 * preamble → assistant ``message`` with ``phase: "commentary"``;
 * final text → assistant ``message`` with ``phase: "final_answer"``;
 * tool call → ``function_call`` item (``response.function_call_arguments.*``).
@@ -19,6 +20,7 @@ from 0 without gaps.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,11 +53,15 @@ class _Open:
 
 
 class ResponsesEncoder:
-    def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES) -> None:
+    def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
+                 seal: Callable[[str], str] | None = None) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
-        ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`)."""
+        ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
+        ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
+        reasoning item's ``encrypted_content`` from its text."""
         self._resource = resource
         self._dialect = dialect
+        self._seal = seal
         self._seq = 0
         self._open: _Open | None = None
         self.terminal = False
@@ -141,6 +147,8 @@ class ResponsesEncoder:
             events.append(self._event("response.content_part.done", item_id=item["id"],
                                       output_index=idx, content_index=0, part=part))
             item["content"] = [part]
+            if cur.kind == "reasoning" and self._seal is not None:
+                item["encrypted_content"] = self._seal(text)
         item["status"] = status
         events.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
         return events

@@ -38,10 +38,11 @@ from app.core.ids import random_id
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
-_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
+_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
+              "compaction": "cmp_"}
 
 
-def new_input_items(body: wire.CreateResponseBody) -> list[dict[str, Any]]:
+def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[dict[str, Any]]:
     """The request's ``input`` as stored items (a string becomes one user message)."""
     if body.input is None:
         items: list[Any] = []
@@ -94,21 +95,26 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
             parts.append(ImagePart(part.image_url, part.detail))
         elif isinstance(part, wire.Refusal):
             parts.append(TextPart(part.refusal))
-        else:
-            raise InvalidRequest("input_file parts are not supported by this gateway's backends.",
+        else:  # pragma: no cover - resolve.py turns input_file parts into text first
+            raise InvalidRequest("input_file parts are read by the gateway before this point.",
                                  param=f"{where}.content[{j}]", code="unsupported_content_type")
     return tuple(parts)
 
 
-def items_to_messages(items: list[dict[str, Any]], first_input: int = 0) -> tuple[Message, ...]:
+def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
+                      labels: list[str] | None = None) -> tuple[Message, ...]:
     """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
-    the ones before come from ``previous_response_id``."""
+    the ones before come from ``previous_response_id``.  ``labels`` (one per item) name
+    them instead, for inputs :mod:`app.api.responses.resolve` expanded."""
     parsed = _ITEMS.validate_python(items)
     out: list[Message] = []
     asst = _Assistant()
     known_calls: set[str] = set()
     for i, item in enumerate(parsed):
-        at = f"input[{i - first_input}]" if i >= first_input else "previous_response_id"
+        if labels is not None:
+            at = labels[i]
+        else:
+            at = f"input[{i - first_input}]" if i >= first_input else "previous_response_id"
         if isinstance(item, wire.ReasoningItem):
             if asst.content or asst.calls:
                 asst.flush(out)
@@ -138,7 +144,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0) -> tupl
             user_content = item.content if isinstance(item.content, list) else [
                 wire.InputText(type="input_text", text=item.content)]
             out.append(Message(item.role, _parts(user_content, at), source=at))
-        else:  # pragma: no cover - item references are rejected by new_input_items
+        else:  # pragma: no cover - references are refused and compactions expanded before
             raise InvalidRequest("Unsupported input item.", param=at)
     asst.flush(out)
     return tuple(out)
@@ -193,10 +199,10 @@ def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
 
 
 def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
-                       first_input: int = 0) -> Conversation:
+                       first_input: int = 0, labels: list[str] | None = None) -> Conversation:
     """``context`` is previous input + previous output + new input (from ``first_input`` on),
-    in wire form."""
-    messages = items_to_messages(context, first_input)
+    in wire form; ``labels`` name each item's origin instead of ``first_input``."""
+    messages = items_to_messages(context, first_input, labels)
     if body.instructions:
         messages = (Message("developer", (TextPart(body.instructions),)), *messages)
     return Conversation(messages, tools_of(body), _response_format(body))

@@ -1,4 +1,5 @@
-"""Open Responses routes: create, list, retrieve, delete, input items, cancel."""
+"""Open Responses routes: create, list, retrieve, delete, input items, cancel, input token
+count, compact."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.sse import named_event
 from app.http.streaming import json_answer, sse_response
-from schemas.responses import CreateResponseBody
+from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody
 
 router = APIRouter(route_class=GatewayRoute)
 
@@ -45,6 +46,21 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     # Until the first upstream event nothing has been sent: a client that leaves cancels it.
     run = await cancel_on_disconnect(request, creating)
     return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(body: InputTokensBody, request: Request) -> Response:
+    """``{"object": "response.input_tokens", "input_tokens": N}``: what a create with these
+    fields would send; ``"ocm:estimated": true`` where only an estimate is possible."""
+    counted = await _service(request).count(body, principal(request))
+    headers = {} if counted.exact else {"ocm-token-count": "estimated"}
+    return JSONResponse(counted.body(), headers=headers)
+
+
+@router.post("/v1/responses/compact")
+async def compact_response(body: CompactBody, request: Request) -> Response:
+    check_model(request, body.model)
+    return JSONResponse(await _service(request).compact(body, principal(request)))
 
 
 @router.get("/v1/responses")

@@ -14,16 +14,20 @@ import contextlib
 import time
 from typing import Any
 
+from app.api.responses import compact
+from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.ingest import build_conversation, generation_params, new_input_items
+from app.api.responses.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
+from app.api.responses.sealing import Sealer
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import ANONYMOUS, Principal
-from app.core.errors import InvalidRequest, NotFound
+from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.run import Mode, Run
-from schemas.responses import CreateResponseBody, TextFormatJSONSchema
+from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, TextFormatJSONSchema
 
 Json = dict[str, Any]
 
@@ -104,6 +108,8 @@ class ResponsesService:
         self.engine = engine
         self.registry = engine.registry
         self.store = store
+        settings = self.registry.config.responses
+        self.sealer = Sealer.from_config(settings.encryption_key, settings.previous_encryption_keys)
 
     async def heartbeat(self) -> None:
         """Run for the life of the process: mark this process's stored runs as alive."""
@@ -133,12 +139,21 @@ class ResponsesService:
             return None
         return run
 
-    async def _previous(self, body: CreateResponseBody, who: Principal) -> list[Json]:
+    async def _previous(self, body: CreateResponseBody | CompactBody, who: Principal) -> list[Json]:
         if not body.previous_response_id:
             return []
         prev = await self._stored(body.previous_response_id, who, "previous_response_id")
         output: list[Json] = prev.resource["output"]
         return prev.input_items + output
+
+    async def _context(self, body: CreateResponseBody | CompactBody, who: Principal) -> Resolved:
+        """Previous context + the request's input, resolved (:mod:`.resolve`): reasoning and
+        compaction items opened, files read (in a thread: PDF text is CPU work)."""
+        previous = await self._previous(body, who)
+        new = new_input_items(body)
+        if has_files(new):
+            return await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
+        return resolve(previous, new, self.sealer, who.tenant)
 
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
                      dialect: EventDialect = OPEN_RESPONSES) -> Run:
@@ -147,22 +162,48 @@ class ResponsesService:
         if body.background and body.stream:
             raise InvalidRequest("stream together with background is not supported.", param="background")
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
-        previous = await self._previous(body, who)
-        context = previous + new_input_items(body)
-        conv = build_conversation(body, context, len(previous))
+        resolved = await self._context(body, who)
+        context = resolved.items
+        conv = build_conversation(body, context, labels=resolved.labels)
         response_id = random_id("resp_")
+        tenant = who.tenant
+        seal = ((lambda text: seal_reasoning(self.sealer, tenant, text))
+                if INCLUDE in (body.include or []) else None)
 
         def encoder(plan: Plan) -> ResponsesEncoder:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
             if plan.dropped_messages:
                 resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
-            return ResponsesEncoder(resource, dialect)
+            return ResponsesEncoder(resource, dialect, seal)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         return await self.engine.start(
             RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
             encoder, run_id=response_id, mode=mode, owner=who,
             hooks=StoreHooks(self.store, context, who.tenant) if body.store else None)
+
+    async def count(self, body: InputTokensBody, who: Principal = ANONYMOUS) -> TokenCount:
+        """The input tokens a create with these fields would send (:mod:`.count`)."""
+        model = body.model or self.registry.config.default_model
+        if not model:
+            raise InvalidRequest("model is required (this gateway has no default_model).",
+                                 param="model", code="missing_required_parameter")
+        if not who.may_use(model):  # looks exactly like a missing model
+            raise ModelNotFound(f"The model {model!r} does not exist.", param="model")
+        self.registry.route(model)
+        create = CreateResponseBody.model_construct(**{**dict(body), "model": model})
+        resolved = await self._context(create, who)
+        conv = build_conversation(create, resolved.items, labels=resolved.labels)
+        return await count_tokens(self.registry, model, conv, generation_params(create),
+                                  truncate=body.truncation == "auto")
+
+    async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:
+        """A ``CompactResource`` for the context (:mod:`.compact`): nothing is stored."""
+        self.registry.route(body.model)
+        resolved = await self._context(body, who)
+        create = CreateResponseBody.model_construct(model=body.model, instructions=body.instructions)
+        build_conversation(create, resolved.items, labels=resolved.labels)  # the input must be valid
+        return compact.resource(resolved.items, self.sealer, who.tenant)
 
     async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
         run = self._inflight(response_id, who)

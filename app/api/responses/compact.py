@@ -1,0 +1,100 @@
+"""``POST /v1/responses/compact``: a long transcript → its user messages + one compaction item.
+
+How the gateway compacts (deterministic, no model call, so it cannot invent or lose what was
+said): of the context (``previous_response_id``'s input and output, then ``input``)
+
+* every message is kept verbatim (user, system, developer, and the assistant's answers and
+  preambles);
+* reasoning items are dropped (the conclusions are in the answers; Harmony models drop
+  earlier turns' chain of thought from the prompt anyway);
+* function calls and their outputs are dropped, except those of the latest turn (after the
+  last user message), so an agent in the middle of a tool loop can continue.
+
+The kept transcript is sealed into the compaction item's ``encrypted_content``
+(:mod:`app.api.responses.sealing`, bound to the caller's API key).  The visible ``output``
+is, as in OpenAI's API, the user messages followed by the compaction item; sending that
+``output`` back as ``input`` (plus new items) continues the conversation: the compaction
+item expands to the kept transcript in its place, and the user messages sent with it that it
+already holds are not repeated (:func:`expand`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from app.api.responses.sealing import CODE, Sealer
+from app.core.errors import InvalidRequest
+from app.core.ids import random_id
+
+Json = dict[str, Any]
+PURPOSE = "compaction"
+
+
+def kept_items(context: list[Json]) -> list[Json]:
+    """The transcript a compaction keeps (see the module docstring)."""
+    users = [i for i, item in enumerate(context)
+             if item.get("type", "message") == "message" and item.get("role") == "user"]
+    last_user = users[-1] if users else -1
+    kept: list[Json] = []
+    for i, item in enumerate(context):
+        kind = item.get("type", "message")
+        if kind == "message" or (kind in ("function_call", "function_call_output") and i > last_user):
+            kept.append(item)
+    return kept
+
+
+def compaction_item(kept: list[Json], sealer: Sealer, tenant: str) -> Json:
+    payload = orjson.dumps({"v": 1, "items": kept})
+    return {"id": random_id("cmp_"), "type": "compaction",
+            "encrypted_content": sealer.seal(payload, purpose=PURPOSE, tenant=tenant)}
+
+
+def resource(context: list[Json], sealer: Sealer, tenant: str) -> Json:
+    """The ``CompactResource`` for ``context`` (usage: no model pass, so no tokens)."""
+    kept = kept_items(context)
+    users = [{**item, "status": item.get("status") or "completed"} for item in kept
+             if item.get("type", "message") == "message" and item.get("role") == "user"]
+    return {"id": random_id("resp_"), "object": "response.compaction", "created_at": int(time.time()),
+            "output": [*users, compaction_item(kept, sealer, tenant)],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+def open_items(token: object, sealer: Sealer, tenant: str, param: str) -> list[Json]:
+    """The transcript sealed in a compaction item (a 400 naming ``param`` if it does not open)."""
+    plain = sealer.open(token, purpose=PURPOSE, tenant=tenant, param=param)
+    try:
+        data = orjson.loads(plain)
+    except orjson.JSONDecodeError:
+        data = None
+    items = data.get("items") if isinstance(data, dict) and data.get("v") == 1 else None
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise InvalidRequest(f"{param} does not hold a compacted transcript.", param=param, code=CODE)
+    return items
+
+
+def _same_message(a: Json, b: Json) -> bool:
+    if a.get("type", "message") != "message" or b.get("type", "message") != "message":
+        return False
+    if a.get("id") and a.get("id") == b.get("id"):
+        return True
+    return bool(a.get("role") == b.get("role") and _text(a) == _text(b))
+
+
+def _text(item: Json) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def expand(before: list[Json], kept: list[Json]) -> list[Json]:
+    """``before`` (the request's items ahead of the compaction item) without the messages the
+    compaction already holds."""
+    return [item for item in before if not any(_same_message(item, k) for k in kept)]
