@@ -100,8 +100,17 @@ class HttpBackend:
     def request_body(self, prompt: Prompt, params: GenerationParams) -> dict[str, Any]:
         return self.dialect.request_body(prompt, params)
 
-    async def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
-        dialect = self.dialect
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._client
+
+    def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        return self.stream_via(self.dialect, prompt, params)
+
+    async def stream_via(self, dialect: Dialect, prompt: Prompt, params: GenerationParams,
+                         ) -> AsyncIterator[Chunk]:
+        """:meth:`stream` through another dialect of the same server (its legacy completions or
+        raw generate endpoint), with the same replicas, failover and closing."""
         body = dialect.request_body(prompt, params)
         reader = dialect.reader()
 

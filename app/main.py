@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from adapters.aiohttp_transport import AiohttpTransport
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
+from app.api.completions import routes as completions_routes
 from app.api.responses import routes as responses_routes
 from app.api.responses.service import ResponsesService
 from app.api.responses.store import ResponseStore
@@ -66,7 +67,8 @@ def create_app(config: GatewayConfig | None = None,
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, redoc_url=None,
                   docs_url="/docs" if cfg.http.docs else None)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
-    routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router]
+    routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
+               completions_routes.router]
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,

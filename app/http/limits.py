@@ -25,7 +25,8 @@ from app.core.errors import Overloaded, error_body
 from app.engine.admission import Admission
 from app.http.responses import JSONResponse, error_response
 
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations"})
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations",
+                              "/v1/completions", "/v1/embeddings"})
 WINDOW = 60.0
 
 

@@ -36,7 +36,8 @@ def _route(scope: Scope) -> str:
 
 
 _KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/health", "/ready",
-                    "/metrics", "/ping", "/invocations"})
+                    "/metrics", "/ping", "/invocations", "/v1/completions", "/v1/embeddings",
+                    "/tokenize", "/detokenize"})
 
 
 class ObserveMiddleware:
