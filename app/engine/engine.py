@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import Conversation, GenerationParams, ReasoningEffort
+from app.engine.choices import Choices
 from app.engine.generation import ModelRoute, Prepared, open_stream, prepare
 from app.engine.registry import Registry
-from app.engine.run import Encoder, Mode, Run, RunHooks
+from app.engine.run import Encoder, Json, Mode, Run, RunHooks
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,30 @@ class Engine:
                 raise
         run.begin(stream)
         return run
+
+    async def start_choices(self, request: RunRequest, encoder: Callable[[Plan, int], Encoder],
+                            n: int, *, run_id: str, mode: Mode, owner: Principal = ANONYMOUS,
+                            closing: Callable[[list[Run]], list[Json]] | None = None) -> Choices:
+        """Plan once, then open ``n`` generations of the same prompt, each its own run (choice
+        ``i`` with ``seed + i``; see :mod:`app.engine.choices`).  Streamed or waited for,
+        never in the background."""
+        assert mode != "background"
+        plan, prepared = await self.plan(request)
+        choices = Choices(n, closing)
+
+        async def start(run: Run, prepared: Prepared) -> None:
+            run.begin(await open_stream(plan.route, prepared))
+
+        starts = []
+        for i in range(n):
+            seed = prepared.params.seed
+            params = replace(prepared.params, n=1, seed=None if seed is None else seed + i)
+            run = Run(f"{run_id}-{i}", request.model, owner, encoder(replace(plan, params=params), i),
+                      mode, None, self.runs, sink=choices.sink(i))
+            choices.runs.append(run)
+            starts.append(start(run, replace(prepared, params=params)))
+        await choices.open(starts)
+        return choices
 
     def find(self, run_id: str) -> Run | None:
         return self.runs.get(run_id)

@@ -50,9 +50,6 @@ def check_capabilities(route: ModelRoute, params: GenerationParams,
                     raise InvalidRequest(f"The {route.backend.kind} backend of model {route.name!r} "
                                          "does not accept images.", param=part_param(msg, i, j),
                                          code="unsupported_content_type")
-    if params.n > 1 and not caps.n:
-        raise InvalidRequest(f"n > 1 is not supported by the {route.backend.kind} backend of "
-                             f"model {route.name!r}; send n separate requests.", param="n")
     if params.logprobs and not caps.logprobs:
         raise InvalidRequest(f"logprobs are not supported by the {route.backend.kind} backend.",
                              param="logprobs")

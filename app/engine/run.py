@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 from app.core import events as ev
@@ -30,6 +30,7 @@ log = logging.getLogger("ocm_gateway")
 
 Json = dict[str, Any]
 Mode = Literal["stream", "wait", "background"]
+Sink = Callable[[Json | None], None]  # where a streamed run's payloads go (None: its end)
 
 
 class Encoder(Protocol):
@@ -47,6 +48,18 @@ class Encoder(Protocol):
     def result(self) -> Json: ...
 
 
+class BatchedFrames(Protocol):
+    def batched(self) -> AsyncIterator[list[Json]]: ...
+
+
+class Streamable(Protocol):
+    """What the http layer streams: a :class:`Run`, or the merged choices of several."""
+
+    def frames(self) -> BatchedFrames: ...
+
+    def stop(self, reason: GatewayError) -> None: ...
+
+
 class RunHooks(Protocol):
     """Persistence: ``started`` before the first event is produced (a failure aborts the
     run), ``ended`` once it reached its terminal (failures are logged, not raised)."""
@@ -60,7 +73,8 @@ class Run:
     """A run in flight; see the module docstring."""
 
     def __init__(self, run_id: str, model: str, owner: Principal, encoder: Encoder, mode: Mode,
-                 hooks: RunHooks | None, registry: dict[str, Run]) -> None:
+                 hooks: RunHooks | None, registry: dict[str, Run], sink: Sink | None = None,
+                 ) -> None:
         self.id = run_id
         self.model = model
         self.owner = owner
@@ -70,8 +84,14 @@ class Run:
         self.error: ev.Error | None = None  # the terminal error, when the run ended in one
         self.task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[Json | None] = asyncio.Queue()
+        # a run that is one choice of several hands its payloads to their merge instead
+        self._put: Sink = sink if sink is not None else self._queue.put_nowait
         self._registry = registry
         self._stopping: GatewayError | None = None
+        # A task cancelled before its first step never enters its body (no ``finally``: the
+        # upstream request would stay open), so such a cancel waits for that first step.
+        self._started = False
+        self._cancel_pending = False
 
     @property
     def persisted(self) -> bool:
@@ -84,11 +104,16 @@ class Run:
 
     async def _produce(self, source: AsyncIterator[ev.Event] | Awaitable[AsyncIterator[ev.Event]],
                        ) -> None:
-        stream: AsyncIterator[ev.Event] | None = None
+        stream = source if isinstance(source, AsyncIterator) else None
         encoder = self.encoder
+        self._started = True
         try:
+            if self._cancel_pending:
+                raise asyncio.CancelledError
             self._emit(encoder.start())
-            stream = source if isinstance(source, AsyncIterator) else await source
+            if stream is None and not isinstance(source, AsyncIterator):
+                stream = await source
+            assert stream is not None
             async for event in stream:
                 if isinstance(event, ev.Error):
                     self.error = event
@@ -124,7 +149,7 @@ class Run:
                     await self.hooks.ended(self)
                 except Exception:
                     log.exception("run %s: could not persist its end", self.id)
-            self._queue.put_nowait(None)
+            self._put(None)
 
     def _fail(self, error: ev.Error) -> None:
         if not self.encoder.terminal:
@@ -134,7 +159,7 @@ class Run:
     def _emit(self, payloads: list[Json]) -> None:
         if self.mode == "stream":
             for payload in payloads:
-                self._queue.put_nowait(payload)
+                self._put(payload)
 
     # -- consumers -------------------------------------------------------------------
     def frames(self) -> Frames:
@@ -164,8 +189,12 @@ class Run:
     # -- control -----------------------------------------------------------------------
     def cancel(self) -> None:
         """End the run as cancelled (a no-op once it has ended)."""
-        if self.task is not None:
+        if self.task is None:
+            return
+        if self._started:
             self.task.cancel()
+        else:
+            self._cancel_pending = True
 
     def stop(self, reason: GatewayError) -> None:
         """End the run with ``reason`` as its terminal error (shutdown)."""

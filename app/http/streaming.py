@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from app.core.errors import ServerShutdown
-from app.engine.run import Run
+from app.engine.run import Run, Streamable
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.shutdown import Drain, drained
@@ -38,7 +38,7 @@ async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
             await aclose()
 
 
-def sse_response(run: Run, frame: Frame, grace: float) -> Response:
+def sse_response(run: Streamable, frame: Frame, grace: float) -> Response:
     drain = Drain(grace)
 
     def stop() -> None:
@@ -50,7 +50,7 @@ def sse_response(run: Run, frame: Frame, grace: float) -> Response:
                                headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
 
 
-def jsonlines_response(run: Run, frame: Frame) -> Response:
+def jsonlines_response(run: Streamable, frame: Frame) -> Response:
     return StreamingResponse(_framed(run.frames().batched(), frame, None),
                              media_type="application/jsonlines")
 

@@ -32,7 +32,8 @@ class ChatEncoder:
     ``chat.completion`` the same stream amounts to."""
 
     def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
-                 logprobs: bool, top_logprobs: int = 0, stream: bool = True) -> None:
+                 logprobs: bool, top_logprobs: int = 0, stream: bool = True,
+                 index: int = 0) -> None:
         self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
                       "model": model}
         self._ids = (response_id, model, created)
@@ -40,12 +41,13 @@ class ChatEncoder:
         self._logprobs = logprobs
         self._top = top_logprobs
         self._stream = stream
+        self._index = index  # the choice this encoder writes (n > 1: one encoder per choice)
         self.folded = Folded()
         self.terminal = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None,
                logprobs: Any = None) -> dict[str, Any]:
-        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+        return {**self._base, "choices": [{"index": self._index, "delta": delta, "logprobs": logprobs,
                                            "finish_reason": finish}]}
 
     def start(self) -> list[dict[str, Any]]:
@@ -65,7 +67,8 @@ class ChatEncoder:
         return []
 
     def result(self) -> dict[str, Any]:
-        return completion_body(self.folded, *self._ids, logprobs=self._logprobs, top=self._top)
+        return completion_body(self.folded, *self._ids, logprobs=self._logprobs, top=self._top,
+                               index=self._index)
 
     def _chunks(self, event: ev.Event) -> list[dict[str, Any]]:
         if isinstance(event, ev.ReasoningDelta):
@@ -95,7 +98,7 @@ class ChatEncoder:
 
 
 def completion_body(folded: Folded, response_id: str, model: str, created: int, *,
-                    logprobs: bool, top: int = 0) -> dict[str, Any]:
+                    logprobs: bool, top: int = 0, index: int = 0) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": folded.content or None}
     if folded.reasoning:
         message["reasoning_content"] = folded.reasoning
@@ -106,10 +109,24 @@ def completion_body(folded: Folded, response_id: str, model: str, created: int, 
             for c in folded.tool_calls
         ]
     choice = {
-        "index": 0,
+        "index": index,
         "message": message,
         "logprobs": {"content": logprobs_content(folded.logprobs, top)} if logprobs else None,
         "finish_reason": folded.finish_reason,
     }
     return {"id": response_id, "object": "chat.completion", "created": created, "model": model,
             "choices": [choice], "usage": usage_dict(folded.usage)}
+
+
+def sum_usage(usages: list[Usage]) -> Usage:
+    """The usage of several choices: each was its own generation of the prompt."""
+    return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages),
+                 sum(u.reasoning_tokens for u in usages), sum(u.cached_tokens for u in usages))
+
+
+def merge_choices(bodies: list[dict[str, Any]], usages: list[Usage]) -> dict[str, Any]:
+    """One ``chat.completion`` of the choices' bodies (each with its own index)."""
+    merged = dict(bodies[0])
+    merged["choices"] = [body["choices"][0] for body in bodies]
+    merged["usage"] = usage_dict(sum_usage(usages))
+    return merged

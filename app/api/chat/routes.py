@@ -1,4 +1,10 @@
-"""``POST /v1/chat/completions``: ingest → the run engine → the chat encoder."""
+"""``POST /v1/chat/completions``: ingest → the run engine → the chat encoder.
+
+``n > 1`` runs ``n`` generations of the same prompt (:mod:`app.engine.choices`), one encoder
+per choice index: a stream interleaves their chunks as they come (each choice ends with its
+own ``finish_reason``; the usage chunk, summed over the choices, comes once after all of
+them), a non-streaming answer lists the choices by index.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,16 @@ import time
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.api.chat.encode import ChatEncoder
-from app.api.chat.ingest import ingest_chat
+from app.api.chat.encode import ChatEncoder, merge_choices, sum_usage, usage_dict
+from app.api.chat.ingest import ChatIngest, ingest_chat
+from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.run import Json, Run
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
+from app.http.responses import JSONResponse
 from app.http.sse import data_event, json_line
 from app.http.streaming import json_answer, jsonlines_response, sse_response
 from schemas.chat import ChatCompletionRequest
@@ -21,11 +30,21 @@ from schemas.chat import ChatCompletionRequest
 router = APIRouter(route_class=GatewayRoute)
 
 
+def check_n(engine: Engine, n: int) -> None:
+    cap = engine.registry.config.limits.max_n
+    if n > cap:
+        raise InvalidRequest(f"n may be at most {cap} on this gateway (each choice is a generation "
+                             f"of its own); got {n}.", param="n", code="invalid_value")
+
+
 async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: bool = False) -> Response:
     """The chat completion flow; ``jsonlines`` streams JSON lines instead of SSE (SageMaker)."""
     engine: Engine = request.app.state.engine
     ingest = ingest_chat(body)
+    check_n(engine, ingest.params.n)
     check_model(request, ingest.model)
+    if ingest.params.n > 1:
+        return await _run_choices(engine, ingest, request, jsonlines=jsonlines)
     response_id = random_id("chatcmpl-")
     created = int(time.time())
 
@@ -44,6 +63,42 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
     if jsonlines:
         return jsonlines_response(run, json_line)
     return sse_response(run, data_event, engine.registry.config.shutdown_grace_seconds)
+
+
+async def _run_choices(engine: Engine, ingest: ChatIngest, request: Request, *,
+                       jsonlines: bool) -> Response:
+    response_id = random_id("chatcmpl-")
+    created = int(time.time())
+    encoders: list[ChatEncoder] = []
+
+    def encoder(plan: Plan, index: int) -> ChatEncoder:
+        enc = ChatEncoder(response_id, ingest.model, created, include_usage=False,
+                          logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
+                          stream=ingest.stream, index=index)
+        encoders.append(enc)
+        return enc
+
+    def closing(runs: list[Run]) -> list[Json]:
+        if not ingest.include_usage:
+            return []
+        usage = sum_usage([enc.folded.usage for enc in encoders])
+        return [{"id": response_id, "object": "chat.completion.chunk", "created": created,
+                 "model": ingest.model, "choices": [], "usage": usage_dict(usage)}]
+
+    starting = engine.start_choices(
+        RunRequest(ingest.model, ingest.conversation, ingest.params), encoder, ingest.params.n,
+        run_id=response_id, mode="stream" if ingest.stream else "wait", owner=principal(request),
+        closing=closing)
+    if not ingest.stream:
+        async def answer() -> Json:
+            bodies = await (await starting).results()
+            return merge_choices(bodies, [enc.folded.usage for enc in encoders])
+
+        return JSONResponse(await cancel_on_disconnect(request, answer()))
+    choices = await cancel_on_disconnect(request, starting)
+    if jsonlines:
+        return jsonlines_response(choices, json_line)
+    return sse_response(choices, data_event, engine.registry.config.shutdown_grace_seconds)
 
 
 @router.post("/v1/chat/completions")

@@ -179,13 +179,19 @@ async def test_url_image_is_refused_by_ollama_with_the_param() -> None:
     assert fake.requests == []  # refused before anything went upstream
 
 
-async def test_n_above_one_is_refused() -> None:
+async def test_n_runs_one_generation_per_choice() -> None:
     for backend in BACKENDS:
         fake = FakeChat(TURNS["text"][0], backend)
         async with gateway(fake.transport(), _cfg(backend)) as c:
             r = await c.post("/v1/chat/completions", json={
                 "model": MODEL, "n": 2, "messages": [{"role": "user", "content": "Hi!"}]})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+            assert r.status_code == 200, r.text
+            choices = r.json()["choices"]
+            assert [ch["index"] for ch in choices] == [0, 1]
+            assert choices[0]["message"] == choices[1]["message"]
+            r = await c.post("/v1/chat/completions", json={
+                "model": MODEL, "n": 9, "messages": [{"role": "user", "content": "Hi!"}]})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "n"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

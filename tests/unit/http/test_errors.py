@@ -34,7 +34,7 @@ async def _post_raw(content: bytes | None = None, json: Any = None) -> tuple[int
     ({"model": "nope", "messages": USER}, 404, "model_not_found", "model"),
     ({"model": MODEL}, 400, "missing_required_parameter", "messages"),
     ({"model": MODEL, "messages": []}, 400, "invalid_value", "messages"),
-    ({"model": MODEL, "messages": USER, "n": 2}, 400, "invalid_request", "n"),
+    ({"model": MODEL, "messages": USER, "n": 9}, 400, "invalid_value", "n"),
     ({"model": MODEL, "messages": USER, "temperature": 3}, 400, "invalid_value", "temperature"),
     ({"model": MODEL, "messages": USER, "max_tokens": 0}, 400, "invalid_value", "max_tokens"),
     ({"model": MODEL, "messages": USER, "top_logprobs": 2}, 400, "invalid_request", "top_logprobs"),
