@@ -167,3 +167,38 @@ class ChatCompletionRequest(_Wire):
     logit_bias: dict[str, float] | None = None
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+
+
+class LMIParameters(BaseModel):
+    """SageMaker LMI's ``parameters`` (its standard ``inputs`` schema).  Unlike the chat body,
+    an unknown name is refused (``extra="forbid"``): LMI servers take many backend-specific
+    parameters, and one silently ignored would change the answer without a word."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = None  # only "off" (0 or -1) is accepted: no backend here takes it
+    do_sample: bool | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_sequences: list[str] | None = None
+    details: bool = False
+    return_full_text: bool = False
+    repetition_penalty: float | None = Field(default=None, gt=0.0)  # only 1.0 (no penalty)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    ignore_eos: bool | None = None
+    ignore_eos_token: bool | None = None  # vLLM's LMI name for ignore_eos
+    n: int | None = Field(default=None, ge=1)  # 1 only: several choices are the chat schema's n
+    decoder_input_details: bool = False  # prompt logprobs: not available
+
+
+class LMIRequest(_Wire):
+    """LMI's standard schema on ``/invocations``: ``{"inputs", "parameters", "stream"}``."""
+
+    inputs: str = Field(min_length=1)
+    parameters: LMIParameters | None = None
+    stream: bool = False
+    model: str

@@ -34,7 +34,7 @@ async def test_streaming_is_json_lines() -> None:
 
 async def test_bad_bodies() -> None:
     async with gateway(Replay("03a_completion_tokenids_stream").transport()) as c:
-        for content, param in [(b'{"inputs": "hi"}', "messages"), (b"{nope", None),
+        for content, param in [(b'{"prompt": "hi"}', "messages"), (b"{nope", None),
                                (b'{"messages": [], "ignore_eos": true}', "messages"),
                                (b'{"messages": "x"}', "messages")]:
             r = await c.post("/invocations", content=content, headers={"content-type": "application/json"})
