@@ -59,6 +59,9 @@ def ingest_completion(req: CompletionRequest) -> CompletionIngest:
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.",
                              param="stream_options")
+    if req.n > 1:
+        raise InvalidRequest("n > 1 is not supported on /v1/completions; send n requests.",
+                             param="n")
     if req.suffix:
         raise InvalidRequest("suffix (insertion) is not supported.", param="suffix")
     if req.best_of is not None and req.best_of != req.n:

@@ -88,14 +88,17 @@ class RawBackend:
         return True
 
 
-def _check(route: ModelRoute, caps: Capabilities, ingest: CompletionIngest,
+def _check(route: ModelRoute, raw: ModelRoute, ingest: CompletionIngest,
            prompt: ClientPrompt) -> None:
+    """What the passthrough cannot do (400 naming it), and token ids checked against the
+    vocabulary where the gateway knows it (a Harmony model's o200k_harmony)."""
     params = ingest.params
+    caps = raw.backend.capabilities
     if ingest.logprobs is not None and (not caps.logprobs or ingest.logprobs > caps.max_top_logprobs):
         limit = f"at most {caps.max_top_logprobs}" if caps.logprobs else "not supported"
         raise InvalidRequest(f"logprobs is {limit} on the {route.backend.kind} backend.",
                              param="logprobs")
-    check_capabilities(route, params)
+    check_capabilities(raw, params)
     if route.format.name == "harmony":  # the model's vocabulary is known: check ids here
         for token, _ in params.logit_bias:
             if token >= VOCAB_SIZE:
@@ -140,8 +143,11 @@ async def open_completion(route: ModelRoute, ingest: CompletionIngest, params: G
     if route.admission is not None:
         route.admission.check()  # at capacity: refuse before any upstream call
     raw, through = raw_route(route)
-    _check(raw, raw.backend.capabilities, ingest, prompt)
+    _check(route, raw, ingest, prompt)
     upstream = await through.prompt(prompt, ingest.stop)
     params = await _budget(route, upstream, params)  # the real backend knows its window
-    stream = await open_stream(raw, Prepared(Conversation(()), params, upstream))
+    try:
+        stream = await open_stream(raw, Prepared(Conversation(()), params, upstream))
+    except ContextLengthExceeded as exc:  # the backend's own check: the prompt did not fit
+        raise ContextLengthExceeded(exc.message, param="prompt") from None
     return stream, upstream
