@@ -37,8 +37,9 @@ def test_n_streaming(client: OpenAI) -> None:
     texts: dict[int, str] = {}
     finishes: dict[int, list[str]] = {}
     usages = []
-    for chunk in client.chat.completions.create(model="scripted-final", messages=ASK, n=3,  # type: ignore[arg-type]
-                                                stream=True, stream_options={"include_usage": True}):
+    stream = client.chat.completions.create(model="scripted-final", messages=ASK, n=3,  # type: ignore[call-overload]
+                                            stream=True, stream_options={"include_usage": True})
+    for chunk in stream:
         if chunk.usage is not None:
             usages.append(chunk.usage)
         for choice in chunk.choices:
