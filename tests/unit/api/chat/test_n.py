@@ -144,3 +144,18 @@ async def test_a_client_disconnect_cancels_every_choice() -> None:
             await asyncio.wait_for(task, 5)
             await eventually(lambda: all(u.closed_at is not None for u in upstreams), 2)
         assert len(upstreams) == 3 and all(u.closed_at is not None for u in upstreams), stream
+
+
+async def test_choices_share_admission_and_a_refused_one_frees_the_others() -> None:
+    """Each choice holds a generation slot: with one slot and no queue, n=2 is a 503 (the
+    first choice's slot is given back), and the next request still gets the slot."""
+    cfg = config()
+    cfg.limits.max_inflight = 1
+    cfg.limits.max_queue = 0
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(), cfg) as c:
+        for stream in (False, True):
+            r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER,
+                                                           "n": 2, "stream": stream})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "server_overloaded", r.text
+            r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+            assert r.status_code == 200, r.text
