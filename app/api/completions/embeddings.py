@@ -41,6 +41,8 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
 
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+    """OpenAI's Embeddings, passed to the model's backend; a backend without embeddings is a
+    400 ``unsupported_endpoint`` naming ``model``."""
     registry: Registry = request.app.state.registry
     check_model(request, body.model)
     route = registry.route(body.model)

@@ -53,6 +53,9 @@ async def _start(request: Request, ingest: CompletionIngest, completion_id: str)
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
+    """OpenAI's legacy Completions. **The prompt is the client's own responsibility**: it is
+    sent to the model as it is (control tokens in it are real control tokens) and the answer
+    is the model's raw text. One prompt, ``n = 1``."""
     ingest = ingest_completion(body)
     check_model(request, ingest.model)
     if len(ingest.prompts) > 1:

@@ -62,6 +62,7 @@ def _route(request: Request, model: str) -> ModelRoute:
 
 @router.post("/tokenize")
 async def tokenize_route(body: TokenizeRequest, request: Request) -> Response:
+    """vLLM's ``/tokenize``: the model's token ids for ``prompt`` (special tokens parsed)."""
     route = _route(request, body.model)
     ids, strs = await tokenize(route, body.prompt, body.add_special_tokens, body.return_token_strs)
     return JSONResponse({"count": len(ids), "max_model_len": await context_window(route),
@@ -70,5 +71,6 @@ async def tokenize_route(body: TokenizeRequest, request: Request) -> Response:
 
 @router.post("/detokenize")
 async def detokenize_route(body: DetokenizeRequest, request: Request) -> Response:
+    """vLLM's ``/detokenize``: the text of ``tokens``."""
     route = _route(request, body.model)
     return JSONResponse({"prompt": await detokenize(route, body.tokens, "tokens")})
