@@ -17,6 +17,7 @@ characters), and no scan starts again from the beginning of a value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from app.core import events as ev
@@ -29,6 +30,10 @@ from app.formats.template.analysis.result import ReasoningMode, TemplateAnalysis
 from app.formats.template.analysis.tools import ToolFormat
 from app.formats.template.call_states import CallStates, S
 from app.formats.template.calls import CallBuilder
+
+# One bracketed marker: ``</tool_calls>``, ``<|calls_end|>``, ``[/TOOL_CALLS]``.
+_LONE_MARKER = re.compile(r"<[^<>\s]{1,64}>|\[[^\[\]\s]{1,64}\]")
+_OPEN_MARKER = re.compile(r"<[^<>\s]{0,64}|\[[^\[\]\s]{0,64}")  # one still being written
 
 
 def _starts_in_reasoning(a: TemplateAnalysis, prompt_text: str) -> bool:
@@ -262,6 +267,16 @@ class TemplateDecoder(CallStates):
             self._array_open = True
             self._buf = head[1:]
             return True
+        if self._calls.count and head[0] in "<[":
+            # A lone marker after the last finished call is the section's end, even if the
+            # template never showed it (it may write it only after several calls): held
+            # until the output ends, or until text after it shows it was not alone.
+            got = _LONE_MARKER.match(head)
+            lone = got is not None and not head[got.end():].strip()
+            if lone or (not final and got is None and _OPEN_MARKER.fullmatch(head.rstrip())):
+                if final:
+                    self._buf = ""
+                return False
         # not a call after all: the rest is answer text
         self._state = S.CONTENT
         self._text("text", head if self._parts.open != "text" else buf, out)

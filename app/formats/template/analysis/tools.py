@@ -195,10 +195,27 @@ def _json_native(s1: str, s2: str | None) -> ToolAnalysis:
                 per_start, per_end, sec_start, sec_end = sec_start, sec_end, "", ""
                 between = between.replace(per_start, "", 1).replace(per_end, "", 1)
             sep = between.strip()
+            # The section ends after the last call (a template may close it only there).
+            after_last = s2[second[2]:].strip()
+            if per_end and after_last.startswith(per_end):
+                after_last = after_last[len(per_end):].strip()
+            if after_last:
+                sec_end = after_last
     return ToolAnalysis(ToolFormat.JSON_NATIVE, sec_start, sec_end, per_start, per_end, sep,
                         name_field=name_field, args_field=args_field, id_field=id_field,
                         fun_name_is_key=is_key, array_wrapped=wrapped,
                         python_dicts=f"'{pr.ARG_FIRST}'" in s1)
+
+
+def _second_call_end(fmt: ToolFormat, rest: str, i_name: int, value_suffix: str) -> int | None:
+    """End of the second call's arguments in ``rest`` (its name at ``i_name``)."""
+    if fmt is ToolFormat.TAG_WITH_JSON:
+        found = _find_value(rest, lambda v: _args_match(v, {pr.ARG_SECOND: pr.VALUE_SECOND}), i_name)
+        return None if found is None else found[2]
+    i = rest.find(pr.VALUE_SECOND, i_name)
+    if i < 0 or not rest.startswith(value_suffix, i + len(pr.VALUE_SECOND)):
+        return None
+    return i + len(pr.VALUE_SECOND) + len(value_suffix)
 
 
 def _tagged(p: pr.Prober, s1: str, s2: str | None, fmt: ToolFormat, ids_rendered: bool,
@@ -249,7 +266,8 @@ def _tagged(p: pr.Prober, s1: str, s2: str | None, fmt: ToolFormat, ids_rendered
     tail1 = s1[args_end:]
     opener, close, sec_start, sec_end, sep = head1, tail1, "", "", ""
     if s2 is not None and pr.FUN_SECOND in s2[args_end:]:
-        rest2 = s2[args_end:]
+        shift = s2.index(pr.FUN_FIRST) - i_name  # a section opened only before several calls
+        rest2 = s2[args_end + shift:]
         i2 = rest2.index(pr.FUN_SECOND)
         close, _, _ = until_common_prefix(tail1, rest2[:i2])
         if not close and tail1.strip() and rest2[:i2].strip().startswith(tail1.strip()):
@@ -257,6 +275,14 @@ def _tagged(p: pr.Prober, s1: str, s2: str | None, fmt: ToolFormat, ids_rendered
         sec_end = tail1[len(close):]
         between = rest2[len(close):i2]
         sec_start, sep, opener = until_common_suffix(head1, between)
+        if shift > 0 and s2[:shift + i_name].endswith(head1):
+            sec_start = s2[:shift] + sec_start
+        # The section ends after the last call: what follows it in the two-call render
+        # (a template may close the section only there).
+        last_end = _second_call_end(fmt, rest2, i2, kw.get("arg_value_suffix", ""))
+        if last_end is not None and rest2[last_end:].startswith(close) and (
+                after_last := rest2[last_end + len(close):]).strip():
+            sec_end = after_last
     per_start, name_prefix = _split_opener(opener)
     if kw.get("id_position") is CallIdPosition.PRE_FUNC_NAME:
         per_start, name_prefix = opener, ""

@@ -260,3 +260,22 @@ def test_smollm3_thinking_comes_back_as_reasoning() -> None:
     events, reason = _feed(_decoder("HuggingFaceTB-SmolLM3-3B", "<|im_start|>assistant\n"),
                            "<think>\nFirst, 2+2.\n</think>\nIt is 4.", [1] * 45)
     assert _joined(events)[:2] == ("First, 2+2.", "It is 4.") and reason == "stop"
+
+
+@pytest.mark.parametrize("tail", ["\n</tool_calls>", "</tool_calls>\n", "<|calls_end|>", "[/TOOL_CALLS]"])
+def test_a_lone_marker_after_the_last_call_ends_the_section(tail: str) -> None:
+    # Qwen3-Coder's template never writes a section end; a model that does (as templates that
+    # close the section only after several calls teach it) must not leak it as the answer.
+    text = "Sure." + QWEN_CALL + tail
+    expected = ("", "Sure.", [("f", {"s": "007", "n": 7, "o": {"a": True}})])
+    for cut in range(1, len(text)):
+        events, reason = _feed(_decoder("Qwen3-Coder"), text, [cut])
+        assert (_joined(events), reason) == (expected, "tool_calls"), cut
+
+
+def test_text_after_the_last_call_is_still_text() -> None:
+    for tail in ("\n</tool_calls> and more", "\n<b>bold</b>", "\nDone."):
+        text = QWEN_CALL + tail
+        for cut in (None, [len(QWEN_CALL) + 3], [len(text) - 2]):
+            events, _ = _feed(_decoder("Qwen3-Coder"), text, cut)
+            assert _joined(events)[1] == tail.lstrip(), (tail, cut)

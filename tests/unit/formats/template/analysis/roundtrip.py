@@ -45,6 +45,13 @@ class Parsed:
     errors: tuple[str, ...]
 
 
+VARIANTS: dict[str, str] = {}  # name → template source, for templates made in a test
+
+
+def template_source(name: str) -> str:
+    return VARIANTS[name] if name in VARIANTS else (TEMPLATES / f"{name}.jinja").read_text()
+
+
 def ids_for(name: str) -> tuple[str, str]:
     if name.startswith("Kimi"):  # Kimi reads the function name out of the call id
         return "functions.get_weather:0", "functions.get_time:1"
@@ -59,7 +66,7 @@ def message(name: str, n_calls: int) -> Message:
 
 def rendered_part(name: str, msg: Message) -> tuple[str, str]:
     """(prompt text the model continues from, the assistant part it would write)."""
-    source = (TEMPLATES / f"{name}.jinja").read_text()
+    source = template_source(name)
     a = analyze(source)
     # One clock for both renders: templates that print the time (firefunction: seconds) must
     # not differ between them when a second boundary falls in between.
@@ -81,7 +88,7 @@ def rendered_part(name: str, msg: Message) -> tuple[str, str]:
 
 
 def parse(name: str, prompt: str, text: str, seed: int | None) -> Parsed:
-    a = analyze((TEMPLATES / f"{name}.jinja").read_text())
+    a = analyze(template_source(name))
     dec = TemplateDecoder(a, TOOLS, prompt, eos_token=EOS)
     rnd = random.Random(seed)
     events: list[ev.Event] = []

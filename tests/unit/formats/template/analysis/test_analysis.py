@@ -173,6 +173,9 @@ EXPECTED: dict[str, dict[str, object]] = {
         'turn_end': '<｜end▁of▁sentence｜>',
         'tools.format': 'TAG_WITH_JSON',
         'tools.section_start': '<｜tool▁calls▁begin｜>',
+        # written only after the second and later calls (the template's own quirk): found in
+        # the two-call render
+        'tools.section_end': '<｜tool▁calls▁end｜>',
         'tools.per_call_start': '<｜tool▁call▁begin｜>function<｜tool▁sep｜>',
         'tools.name_suffix': '\n```json\n',
         'tools.call_close': '\n```<｜tool▁call▁end｜>',
