@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.core import events as ev
 from app.core.conversation import Conversation, FunctionTool, Message, TextPart, ToolCall
 from app.formats.template.analysis.analysis import analyze
-from app.formats.template.analysis.diff import common_prefix_len
+from app.formats.template.analysis.diff import common_prefix_len, open_marker_start
 from app.formats.template.env import FROZEN_CLOCK
 from app.formats.template.parse import TemplateDecoder
 from app.formats.template.render import render_segments, segments_text
@@ -80,6 +80,8 @@ def rendered_part(name: str, msg: Message) -> tuple[str, str]:
     finally:
         FROZEN_CLOCK.reset(token)
     n = common_prefix_len(prompt, full)
+    if (cut := open_marker_start(prompt[:n])) >= 0:  # the prompt and the answer share a "<"
+        n = cut
     out = full[n:]
     end = EOS if a.turn_end_is_eos else a.turn_end
     if end and end in out:
