@@ -4,8 +4,8 @@ The prompt is rendered exactly as :meth:`app.engine.engine.Engine.plan` renders 
 (the model's configured defaults, its prompt format, ``truncation: auto`` dropping the
 oldest turns to fit), then counted:
 
-* Harmony and OpenChatML render token ids in the gateway: the count is exact (o200k_harmony);
-* a chat template on llama.cpp is tokenized by llama.cpp's ``/tokenize``: exact;
+* Harmony renders token ids in the gateway: the count is exact (o200k_harmony);
+* a chat template or OpenChatML on llama.cpp is tokenized by llama.cpp's ``/tokenize``: exact;
 * a chat-mode backend (Ollama, OpenAI-compatible) takes messages, and no count of its own
   tokenizer is available to the gateway: the answer is an *estimate* (about 3 characters
   per token), flagged with ``"ocm:estimated": true`` (and the header ``ocm-token-count:
