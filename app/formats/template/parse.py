@@ -271,9 +271,9 @@ class TemplateDecoder(CallStates):
             # A lone marker after the last finished call is the section's end, even if the
             # template never showed it (it may write it only after several calls): held
             # until the output ends, or until text after it shows it was not alone.
-            got = _LONE_MARKER.match(head)
-            lone = got is not None and not head[got.end():].strip()
-            if lone or (not final and got is None and _OPEN_MARKER.fullmatch(head.rstrip())):
+            marker = _LONE_MARKER.match(head)
+            lone = marker is not None and not head[marker.end():].strip()
+            if lone or (not final and marker is None and _OPEN_MARKER.fullmatch(head.rstrip())):
                 if final:
                     self._buf = ""
                 return False
