@@ -254,6 +254,7 @@ async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
     if stats is not None:
         stats.metrics.ttft.labels(route.name).observe(ttft)
     strict = {t.name: t.parameters for t in conv.tools if t.strict}
+    rf = conv.response_format
     return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
                        release=admission.release if admission is not None else None,
-                       strict_tools=strict)
+                       strict_tools=strict, answer_schema=rf.schema if rf and rf.strict else None)

@@ -17,7 +17,7 @@ from typing import Any
 from app.core import events as ev
 from app.core.errors import ToolNotAllowed, to_event
 from app.core.output import TokenLogprob, Usage
-from app.engine.schema_check import arguments_problem
+from app.engine.schema_check import answer_problem, arguments_problem
 
 
 class StopSequences:
@@ -115,6 +115,30 @@ class ToolGuard:
             return None
         return ev.Error(f"The model's call to the strict function {event.name!r} does not match "
                         f"its parameters schema: {problem}.", code="invalid_tool_arguments")
+
+
+class AnswerFormat:
+    """A ``strict`` json_schema response format: the finished answer must be JSON matching
+    the schema.  Where the backend constrains the output (llama.cpp's grammar, for models
+    without reasoning) this only confirms it; where the schema is only in the prompt
+    (Harmony), a non-conforming answer ends with an error instead of ``stop``."""
+
+    def __init__(self, schema: dict[str, Any] | None) -> None:
+        self._schema = schema
+        self._text: list[str] = []
+
+    def feed(self, event: ev.Event) -> None:
+        if self._schema is not None and isinstance(event, ev.TextDelta):
+            self._text.append(event.text)
+
+    def check(self, event: ev.Event) -> ev.Error | None:
+        if self._schema is None or not isinstance(event, ev.Finished) or event.reason != "stop":
+            return None  # cut by the budget (incomplete, as OpenAI returns it) or tool calls
+        problem = answer_problem("".join(self._text), self._schema)
+        if problem is None:
+            return None
+        return ev.Error(f"The model's answer does not match the strict response format: {problem}.",
+                        code="response_format_violation")
 
 
 class OneCall:

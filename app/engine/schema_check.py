@@ -1,4 +1,5 @@
-"""Checking a model's JSON output against a JSON schema (``strict`` tools' arguments).
+"""Checking a model's JSON output against a JSON schema (``strict`` tools' arguments, and
+the answer of a ``strict`` json_schema response format).
 
 Deliberately small and conservative: it checks what a function-calling schema says about
 the shape of the arguments (``type``, ``properties``, ``required``,
@@ -27,6 +28,15 @@ def arguments_problem(arguments: str, schema: dict[str, Any] | None) -> str | No
     if not isinstance(value, dict):
         return "the arguments are not a JSON object"
     return _problem(value, schema or {"type": "object"}, "arguments")
+
+
+def answer_problem(text: str, schema: dict[str, Any]) -> str | None:
+    """What is wrong with ``text`` as the JSON answer ``schema`` describes, or None."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return f"the answer is not JSON: {text[:80]!r}"
+    return _problem(value, schema, "the answer")
 
 
 def _is(value: Any, kind: str) -> bool:

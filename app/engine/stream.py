@@ -1,4 +1,5 @@
-"""One generation's event stream: parser → stop strings → one-call → tool guard → metrics.
+"""One generation's event stream: parser → stop strings → one-call → tool guard → answer
+format → metrics.
 
 :class:`EventStream` is what :func:`app.engine.generation.open_stream` returns once the
 backend sent its first chunk: it feeds chunks to the format's parser and passes the events
@@ -20,7 +21,7 @@ from app.core import events as ev
 from app.core.conversation import GenerationParams
 from app.core.errors import GatewayError, to_event
 from app.core.output import Chunk
-from app.engine.policy import OneCall, StopSequences, ToolGuard
+from app.engine.policy import AnswerFormat, OneCall, StopSequences, ToolGuard
 from app.formats.parsing.base import EventParser
 
 log = logging.getLogger("ocm_gateway")
@@ -39,13 +40,15 @@ class EventStream:
                  parser: EventParser, params: GenerationParams,
                  allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
                  release: Callable[[], None] | None = None,
-                 strict_tools: dict[str, dict[str, Any] | None] | None = None) -> None:
+                 strict_tools: dict[str, dict[str, Any] | None] | None = None,
+                 answer_schema: dict[str, Any] | None = None) -> None:
         self._first = first
         self._chunks = chunks
         self._parser = parser
         self._stops = StopSequences(params.stop)
         self._guard = ToolGuard(allowed_tools, strict_tools)
         self._one_call = OneCall(params.parallel_tool_calls)
+        self._answer = AnswerFormat(answer_schema)
         self._iter = self._run()
         self._model = model
         self._upstream = upstream_seconds  # time spent awaiting the backend so far
@@ -112,17 +115,22 @@ class EventStream:
             async for event in raw:
                 if isinstance(event, ev.TextDelta):
                     for out in self._stops.feed(event):
+                        self._answer.feed(out)
                         yield out
                     if self._stops.matched:
                         yield ev.PartDone("text")
-                        finished = ev.Finished("stop", self._parser.usage())
+                        finished: ev.Event = ev.Finished("stop", self._parser.usage())
+                        finished = self._answer.check(finished) or finished
                         self._observe(finished)
                         yield finished
                         return
                     continue
                 if isinstance(event, (ev.PartDone, ev.Finished)):
                     for out in self._stops.flush():
+                        self._answer.feed(out)
                         yield out
+                if isinstance(event, ev.Finished):
+                    event = self._answer.check(event) or event
                 if not self._one_call.keep(event):
                     continue
                 if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):

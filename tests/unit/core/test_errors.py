@@ -28,6 +28,7 @@ def test_every_error_class_round_trips_through_the_event(cls: type[errors.Gatewa
 @pytest.mark.parametrize(("code", "type_", "status"), [
     ("invalid_model_output", "server_error", 502),   # parser / policy codes: the model failed
     ("invalid_tool_arguments", "server_error", 502),
+    ("response_format_violation", "server_error", 502),
     ("something_new", "invalid_request_error", 400),
     ("something_new", "rate_limit_error", 429),
 ])
