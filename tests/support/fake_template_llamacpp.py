@@ -43,6 +43,10 @@ class FakeTemplateLlamaCpp:
         self.tokenize_calls: list[dict[str, Any]] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path == "/props":
+            # the recorded /props field the adapter reads for its vocabulary: a model file the
+            # gateway cannot read, so the shape-based marker check is the one exercised
+            return httpx.Response(200, json={"model_path": "/models/not-on-this-host.gguf"})
         body = json.loads(request.content)
         if request.url.path == "/tokenize":
             self.tokenize_calls.append(body)
