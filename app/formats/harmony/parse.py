@@ -34,7 +34,7 @@ import enum
 
 from app.core import events as ev
 from app.core.output import Chunk, Finish, TokenLogprob, Usage
-from app.formats.harmony.header import HarmonyFormatError, decode_header, token_bytes
+from app.formats.harmony.header import CONSTRAIN_MARKER, HarmonyFormatError, decode_header, token_bytes
 from app.formats.harmony.vocab import CALL, END, MESSAGE, RETURN, START
 from app.formats.parsing.accounting import Accounting
 from app.formats.parsing.parts import Parts
@@ -149,6 +149,10 @@ class HarmonyEventParser:
                 self._acct.pending = "stop"
                 self._out.append(self._acct.release())
             return
+        if recipient and recipient.startswith(CONSTRAIN_MARKER):
+            # "final <|constrain|>json": a content type alone, which openai-harmony's header
+            # rule reads as the recipient; gpt-oss writes it for a structured answer
+            recipient = None
         if recipient and recipient.startswith("functions."):
             self._kind = "tool"
             self._parts.start_call(recipient.removeprefix("functions."), self._out)

@@ -126,3 +126,12 @@ def test_named_tool_prefill_starts_the_call() -> None:
     events = _parse(_ids('.get_weather <|constrain|>json<|message|>{}<|call|>'),
                     prefill=prefill_ids(enc, ToolChoice("required")))
     assert _fold(events).tool_calls[0].name == "get_weather"
+
+
+def test_a_final_message_with_a_content_type_is_the_answer() -> None:
+    # gpt-oss writes "<|constrain|>json" after "final" for a structured answer; openai-harmony's
+    # header rule reads that content type as the recipient, which is not a tool being called.
+    text = '<|channel|>analysis<|message|>JSON.<|end|><|start|>assistant<|channel|>final <|constrain|>json' \
+           '<|message|>{"a": 1}<|return|>'
+    f = _fold(_parse(_ids(text)))
+    assert (f.reasoning, f.text, f.finish_reason, f.error) == ("JSON.", '{"a": 1}', "stop", None)
