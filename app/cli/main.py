@@ -2,7 +2,8 @@
 
 ``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``transcript validate|to-json
 FILE`` checks / converts OpenChatML transcripts; ``template analyze FILE.jinja`` prints what
-the chat-template auto-parser finds in a template.
+the chat-template auto-parser finds in a template; ``conformance --base-url URL --model M``
+runs the Open Responses / Chat Completions conformance tests against any server.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     transcript.add_argument("rest", nargs=argparse.REMAINDER)
     template = sub.add_parser("template", help="chat templates: analyze FILE.jinja", add_help=False)
     template.add_argument("rest", nargs=argparse.REMAINDER)
+    conformance = sub.add_parser("conformance", add_help=False,
+                                 help="run the Open Responses / Chat Completions conformance tests")
+    conformance.add_argument("rest", nargs=argparse.REMAINDER)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["conformance"]:  # its options start with "--", which REMAINDER would refuse
+        from app.cli.conformance import main as run_conformance
+
+        return run_conformance(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
