@@ -70,5 +70,6 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     return sse_response(run, data_event, engine.registry.config.shutdown_grace_seconds)
 
 
-router.include_router(embeddings.router)
-router.include_router(tokens.router)
+# The other passthrough routes, as routes of this router (not an included router, whose
+# routes the error handlers' path tables would not see: a TRACE /tokenize must be a 405).
+router.routes.extend([*embeddings.router.routes, *tokens.router.routes])

@@ -125,3 +125,13 @@ async def test_upstream_garbage_is_a_502() -> None:
     up = Upstream({"/v1/embeddings": (200, {"data": [{"index": 0, "embedding": ["x"]}]})})
     status, body = await post(up, "/v1/embeddings", {"input": "a"})
     assert status == 502 and body["error"]["type"] == "server_error"
+
+
+async def test_wrong_method_is_a_405() -> None:
+    from tests.support.gateway import gateway
+
+    async with gateway(Upstream({}).transport()) as client:
+        for path in ("/tokenize", "/detokenize", "/v1/embeddings", "/v1/completions"):
+            r = await client.get(path)
+            assert r.status_code == 405 and r.headers["allow"] == "POST", path
+            assert r.json()["error"]["code"] == "method_not_allowed"
