@@ -65,12 +65,26 @@ def test_logprobs_echo_and_length(client: OpenAI) -> None:
 
 
 def test_refusals_are_400s_naming_the_parameter(client: OpenAI) -> None:
-    for kwargs, param in [({"n": 2}, "n"), ({"max_tokens": 100000}, "max_tokens"),
-                          ({"prompt": ["a", "b"]}, "prompt"), ({"suffix": "x"}, "suffix")]:
+    for kwargs, param in [({"n": 9}, "n"), ({"max_tokens": 100000}, "max_tokens"),
+                          ({"echo": True, "logprobs": 1}, "echo"), ({"suffix": "x"}, "suffix")]:
         with pytest.raises(openai.BadRequestError) as err:
             client.completions.create(**{"model": MODEL, "prompt": PROMPT, **kwargs})  # type: ignore[call-overload]
         assert err.value.status_code == 400
         assert isinstance(err.value.body, dict) and err.value.body["param"] == param
+
+
+def test_batch_and_n(client: OpenAI) -> None:
+    done = client.completions.create(model=MODEL, prompt=[PROMPT, PROMPT], n=2, max_tokens=32,
+                                     seed=1)
+    assert [c.index for c in done.choices] == [0, 1, 2, 3]
+    assert all(c.text == ANSWER and c.finish_reason == "stop" for c in done.choices)
+    assert done.usage is not None and done.usage.completion_tokens == 44
+    seen: dict[int, str] = {}
+    for chunk in client.completions.create(model=MODEL, prompt=[PROMPT, PROMPT], max_tokens=32,
+                                           stream=True):
+        for choice in chunk.choices:
+            seen[choice.index] = seen.get(choice.index, "") + choice.text
+    assert seen == {0: ANSWER, 1: ANSWER}
 
 
 def test_tokenize_matches_llamacpp_and_detokenize_round_trips(gateway_url: str) -> None:

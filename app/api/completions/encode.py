@@ -58,13 +58,15 @@ class CompletionEncoder:
     """One completion choice (see the module docstring)."""
 
     def __init__(self, completion_id: str, model: str, created: int, *, include_usage: bool,
-                 logprobs: int | None, echo: str = "", stream: bool = True) -> None:
+                 logprobs: int | None, echo: str = "", stream: bool = True, index: int = 0,
+                 ) -> None:
         self._base = {"id": completion_id, "object": "text_completion", "created": created,
                       "model": model}
         self._include_usage = include_usage
         self._logprobs = Logprobs(logprobs) if logprobs is not None else None
         self._stream = stream
         self._echo = echo
+        self.index = index
         self._text: list[str] = []
         self._length = 0
         self.finish_reason: str | None = None
@@ -72,7 +74,7 @@ class CompletionEncoder:
         self.terminal = False
 
     def _chunk(self, text: str, finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        return {**self._base, "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+        return {**self._base, "choices": [{"index": self.index, "text": text, "logprobs": logprobs,
                                            "finish_reason": finish}]}
 
     def _add(self, text: str, items: Sequence[TokenLogprob] | None) -> dict[str, Any]:
@@ -113,7 +115,23 @@ class CompletionEncoder:
         return []
 
     def result(self) -> dict[str, Any]:
-        choice = {"index": 0, "text": "".join(self._text),
+        choice = {"index": self.index, "text": "".join(self._text),
                   "logprobs": self._logprobs.body() if self._logprobs is not None else None,
                   "finish_reason": self.finish_reason}
         return {**self._base, "choices": [choice], "usage": usage_dict(self.usage)}
+
+
+def merge(bodies: list[dict[str, Any]], usage: Usage) -> dict[str, Any]:
+    """One ``text_completion`` of several choices' bodies (each with its own index)."""
+    return {**bodies[0], "choices": [c for body in bodies for c in body["choices"]],
+            "usage": usage_dict(usage)}
+
+
+def total_usage(encoders: Sequence[CompletionEncoder], prompts: int) -> Usage:
+    """Completion tokens of every choice; each prompt's tokens once (choices ``n`` apart
+    share one prompt)."""
+    per_prompt = len(encoders) // max(1, prompts)
+    return Usage(
+        prompt_tokens=sum(e.usage.prompt_tokens for e in encoders[::per_prompt or 1]),
+        completion_tokens=sum(e.usage.completion_tokens for e in encoders),
+        cached_tokens=sum(e.usage.cached_tokens for e in encoders[::per_prompt or 1]))

@@ -3,7 +3,8 @@
 The prompt is the client's own text (or token ids) and goes upstream as it is: control
 tokens in it are the client's responsibility, nothing is rendered or made inert.  What
 the gateway cannot honour is a 400 naming the parameter (``n``, ``best_of``, ``suffix``,
-``echo`` with ``logprobs``).
+``echo`` with ``logprobs``).  A batch of prompts and ``n`` are choices: prompt ``i``'s
+``j``-th is choice ``i * n + j``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for legacy completions
 @dataclass(frozen=True, slots=True)
 class CompletionIngest:
     model: str
-    prompts: tuple[ClientPrompt, ...]  # one choice each (a batch when several)
+    prompts: tuple[ClientPrompt, ...]  # ``n`` choices each (a batch when several)
+    n: int
     params: GenerationParams
     stop: tuple[str, ...]  # handed to the backend (there is no reasoning to keep them from)
     stream: bool
@@ -59,9 +61,6 @@ def ingest_completion(req: CompletionRequest) -> CompletionIngest:
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.",
                              param="stream_options")
-    if req.n > 1:
-        raise InvalidRequest("n > 1 is not supported on /v1/completions; send n requests.",
-                             param="n")
     if req.suffix:
         raise InvalidRequest("suffix (insertion) is not supported.", param="suffix")
     if req.best_of is not None and req.best_of != req.n:
@@ -81,9 +80,8 @@ def ingest_completion(req: CompletionRequest) -> CompletionIngest:
         presence_penalty=req.presence_penalty,
         logprobs=req.logprobs is not None,
         top_logprobs=req.logprobs or 0,
-        n=req.n,
         logit_bias=logit_bias(req.logit_bias),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return CompletionIngest(req.model, prompts(req.prompt), params, stop, req.stream,
+    return CompletionIngest(req.model, prompts(req.prompt), req.n, params, stop, req.stream,
                             include_usage, req.echo, req.logprobs)

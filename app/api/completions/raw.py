@@ -137,17 +137,21 @@ def raw_route(route: ModelRoute) -> tuple[ModelRoute, Passthrough]:
     return replace(route, backend=backend, format=RawFormat()), through
 
 
-async def open_completion(route: ModelRoute, ingest: CompletionIngest, params: GenerationParams,
-                          prompt: ClientPrompt) -> tuple[EventStream, Prompt]:
-    """Check, budget and open one prompt's generation (every failure here is an HTTP error)."""
+async def prepare_completion(route: ModelRoute, ingest: CompletionIngest, params: GenerationParams,
+                             prompt: ClientPrompt) -> tuple[ModelRoute, Prepared]:
+    """Check and budget one prompt (every failure here is an HTTP error)."""
     if route.admission is not None:
         route.admission.check()  # at capacity: refuse before any upstream call
     raw, through = raw_route(route)
     _check(route, raw, ingest, prompt)
     upstream = await through.prompt(prompt, ingest.stop)
     params = await _budget(route, upstream, params)  # the real backend knows its window
+    return raw, Prepared(Conversation(()), params, upstream)
+
+
+async def open_prepared(raw: ModelRoute, prepared: Prepared) -> EventStream:
+    """Admission slot, failover, first chunk: the engine's own :func:`open_stream`."""
     try:
-        stream = await open_stream(raw, Prepared(Conversation(()), params, upstream))
+        return await open_stream(raw, prepared)
     except ContextLengthExceeded as exc:  # the backend's own check: the prompt did not fit
         raise ContextLengthExceeded(exc.message, param="prompt") from None
-    return stream, upstream

@@ -129,13 +129,13 @@ async def test_stop_finish_and_length() -> None:
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"n": 2}, "n"),
+    ({"n": 9}, "n"),  # [limits] max_n
+    ({"prompt": ["a"] * 5, "n": 2}, "prompt"),
     ({"best_of": 3}, "best_of"),
     ({"suffix": "x"}, "suffix"),
     ({"echo": True, "logprobs": 1}, "echo"),
     ({"prompt": ""}, "prompt"),
     ({"prompt": []}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
     ({"prompt": [1, -2]}, "prompt"),
     ({"prompt": [[1], []]}, "prompt"),
     ({"prompt": [300000]}, "prompt"),  # beyond o200k_harmony
@@ -218,3 +218,32 @@ async def test_client_disconnect_cancels_the_upstream_stream() -> None:
         client.gone.set()
         await asyncio.wait_for(body.closed.wait(), 2.0)  # the upstream response was closed
         await asyncio.wait_for(task, 2.0)
+
+
+async def test_batch_and_n_are_choices_by_index() -> None:
+    up = llama()
+    status, body = await post(up, "/v1/completions", {"prompt": [HARMONY_IDS, HARMONY_IDS[:3]],
+                                                     "n": 2, "seed": 7})
+    assert status == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert all(c["text"] == ANSWER for c in body["choices"])
+    assert body["usage"]["completion_tokens"] == 44
+    assert body["usage"]["prompt_tokens"] == 59 * 2  # each prompt once (the recording says 59)
+    sent = up.bodies("/completion")
+    assert sorted((b["prompt"] == HARMONY_IDS, b["seed"]) for b in sent) == [
+        (False, 7), (False, 8), (True, 7), (True, 8)]
+
+
+async def test_batch_stream_interleaves_choices_with_one_usage_and_done() -> None:
+    status, events = await post(llama(), "/v1/completions",
+                                {"prompt": ["a", "b"], "stream": True,
+                                 "stream_options": {"include_usage": True}})
+    assert status == 200 and events[-1] == "[DONE]"
+    chunks = events[:-1]
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for choice in c["choices"]:
+            texts[choice["index"]] += choice["text"]
+    assert texts == {0: ANSWER, 1: ANSWER}
+    assert [c for c in chunks if "usage" in c] == [chunks[-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 22
