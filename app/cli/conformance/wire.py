@@ -6,11 +6,14 @@
 * ``seq``: ``sequence_number`` starts at 0 or 1 (the document only says "monotonically
   increasing ... to detect gaps"; its examples start at 1, OpenAI's API at 0) and grows by
   exactly 1 (``start=None`` accepts any start, for later turns of a WebSocket session);
-* ``first``: ``response.created`` first; ``terminal``: exactly one terminal event
+* ``first``: ``response.created`` first, ``queued`` / ``in_progress`` (optional) right after
+  it, before any output event; ``terminal``: exactly one terminal event
   (``response.completed | incomplete | failed``, or an ``error`` event), last;
 * ``response-id``: every response snapshot has the id of the first;
 * ``item``: output items are added at ``output_index`` 0, 1, 2 ... with status
-  ``in_progress``, every event names an open item by its index and ``item_id``, each item is
+  ``in_progress``, one at a time (an item is added after the previous one is done), every
+  event names an open item by its index and ``item_id``, a function call's arguments are done
+  before it, each item is
   done once, with the id and type it was added with and a final status;
 * ``part``: content (and reasoning summary) parts open at index 0, 1 ... of their item, deltas
   only inside an open part, a part closes after its text is done and before its item;
@@ -52,6 +55,7 @@ class _Stream:
         self.part_text: dict[tuple[int, str, int], str | None] = {}  # text done (None: not yet)
         self.closed_parts: set[tuple[int, str, int]] = set()
         self.args: dict[int, list[str]] = {}
+        self.args_done: set[int] = set()
 
     def fail(self, rule: str, event: Json | None, message: str) -> None:
         where = f" (#{event.get('sequence_number')} {event.get('type')})" if event else ""
@@ -78,6 +82,8 @@ class _Stream:
             return
         if item.get("status") != "in_progress":
             self.fail("item", e, f"added item status {item.get('status')!r}, expected 'in_progress'")
+        if len(self.done) != len(self.items):
+            self.fail("item", e, "an item is added while another is still open (items must not overlap)")
         if any(i.get("id") == item.get("id") for i in self.items.values()):
             self.fail("item", e, f"item id {item.get('id')!r} added twice")
         self.items[len(self.items)] = item
@@ -142,8 +148,10 @@ class _Stream:
             self.fail("item", e, f"arguments event for a {self.items[idx].get('type')!r} item")
         if e["type"].endswith(".delta"):
             self.args.setdefault(idx, []).append(str(e.get("delta", "")))
-        elif "".join(self.args.get(idx, [])) != e.get("arguments"):
-            self.fail("text", e, "arguments are not the sum of their deltas")
+        else:
+            if "".join(self.args.get(idx, [])) != e.get("arguments"):
+                self.fail("text", e, "arguments are not the sum of their deltas")
+            self.args_done.add(idx)
 
     def item_done(self, e: Json) -> None:
         idx = self.open_item(e)
@@ -160,6 +168,8 @@ class _Stream:
             return
         if item.get("id") != added.get("id") or item.get("type") != added.get("type"):
             self.fail("item", e, "done item differs in id or type from the added one")
+        if added.get("type") == "function_call" and idx not in self.args_done:
+            self.fail("item", e, "function_call done before response.function_call_arguments.done")
         if item.get("status") not in ("completed", "incomplete"):
             self.fail("item", e, f"done item status {item.get('status')!r}")
         self.done[idx] = item
@@ -199,6 +209,9 @@ def check_stream(events: list[Json], sse_names: list[str | None] | None = None, 
     elif ends != [len(events) - 1] and not (
             ends == [len(events) - 2, len(events) - 1] and types[-2:] == ["error", "response.failed"]):
         s.fail("terminal", events[ends[0]], f"{len(ends)} terminal events, or one not last")
+    lifecycle = [i for i, t in enumerate(types) if t in LIFECYCLE]
+    if lifecycle != list(range(len(lifecycle))):
+        s.fail("first", events[lifecycle[-1]], "a created / queued / in_progress event after output events")
     response_id = (events[0].get("response") or {}).get("id") if types[0] == "response.created" else None
     for e in events:
         t = e.get("type")
