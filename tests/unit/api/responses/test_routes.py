@@ -212,7 +212,9 @@ async def test_bad_requests(body: dict[str, Any], param: str) -> None:
 
 async def test_json_schema_format_reaches_the_prompt() -> None:
     replay = Replay("03a_completion_tokenids_stream")
-    fmt = {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": True}
+    # not strict: the recorded answer is not JSON (a strict format would end it with
+    # response_format_violation, tests/unit/engine/test_answer_format.py)
+    fmt = {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": False}
     async with gateway(replay.transport()) as c:
         _, body = await _create(c, input="x", text={"format": fmt})
     validate_response(body)
