@@ -21,6 +21,7 @@ from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest,
 from app.core.output import Chunk
 from app.core.prompt import Prompt
 from app.engine.admission import Admission
+from app.engine.constrained import answer_chunks
 from app.engine.stream import EventStream, invalid_output
 from app.formats.catalog import HarmonyFormat, PromptFormat
 
@@ -223,8 +224,9 @@ async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
     admission = route.admission
     if admission is not None:
         await admission.acquire()  # Overloaded (503) when the queue is full or too slow
+    rf = conv.response_format
     try:
-        chunks = route.backend.stream(prompt, params)
+        chunks = answer_chunks(route.backend, route.format, prompt, params, rf.schema if rf else None)
     except BaseException:
         if admission is not None:
             admission.release()
@@ -254,7 +256,6 @@ async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
     if stats is not None:
         stats.metrics.ttft.labels(route.name).observe(ttft)
     strict = {t.name: t.parameters for t in conv.tools if t.strict}
-    rf = conv.response_format
     return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
                        release=admission.release if admission is not None else None,
                        strict_tools=strict, answer_schema=rf.schema if rf and rf.strict else None)

@@ -25,6 +25,7 @@ from app.core.conversation import Conversation, GenerationParams
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.chat.parse import DeltaParser
+from app.formats.harmony.answer import FinalHeaderWatch
 from app.formats.harmony.parse import HarmonyEventParser
 from app.formats.harmony.render import HarmonyOptions, render_harmony
 from app.formats.harmony.vocab import VOCAB_SIZE
@@ -71,6 +72,10 @@ class HarmonyFormat:
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         return HarmonyEventParser(prompt_tokens, prompt.prefill_ids)
+
+    def answer_watch(self) -> FinalHeaderWatch:
+        """Where the final answer starts (a response format constrains only that part)."""
+        return FinalHeaderWatch()
 
 
 @dataclass(frozen=True, slots=True)
