@@ -29,6 +29,11 @@ class Metrics:
                               ["model"], buckets=_LATENCY, registry=r)
         self.tokens = Counter("ocm_tokens", "Tokens in (prompt) and out (completion)",
                               ["model", "direction"], registry=r)
+        # per API key (its configured name, never the key; "-" with auth off): who used what
+        self.key_tokens = Counter("ocm_key_tokens", "Tokens by API key name, model and direction",
+                                  ["key", "model", "direction"], registry=r)
+        self.key_requests = Counter("ocm_key_requests", "Requests by API key name and status",
+                                    ["key", "status"], registry=r)
         self.upstream = Histogram("ocm_upstream_seconds", "Time spent waiting on the backend",
                                   ["model"], buckets=_LATENCY, registry=r)
         self.overhead = Histogram("ocm_gateway_overhead_seconds",
@@ -56,6 +61,8 @@ class RequestStats:
     model: str = ""
     upstream_seconds: float = 0.0
     tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 _current: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("ocm_stats", default=None)

@@ -160,6 +160,8 @@ class EventStream:
             stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
             stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
             stats.tokens += event.usage.total_tokens
+            stats.prompt_tokens += event.usage.prompt_tokens
+            stats.completion_tokens += event.usage.completion_tokens
         elif isinstance(event, ev.Error):
             stats.metrics.backend_errors.labels(self._model, event.code).inc()
 

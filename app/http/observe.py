@@ -1,9 +1,11 @@
 """Pure ASGI middleware: request ids, structured access logs, request metrics.
 
 Every response carries ``x-request-id`` (the client's, if it sent a sane one, else a
-new one); one JSON log line per request records method, path, status, model,
-duration and upstream time. An exception that escapes the app before its response started
-becomes a 500 with an OpenAI error body and the request id (never a reset connection).
+new one); one JSON log line per request records method, path, status, model, the API key's
+name (never the key), prompt and completion tokens, duration and upstream time; the same
+per-key numbers go to ``ocm_key_requests`` / ``ocm_key_tokens``.  An exception that escapes
+the app before its response started becomes a 500 with an OpenAI error body and the request
+id (never a reset connection).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def _route(scope: Scope) -> str:
 _KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/health", "/ready",
                     "/metrics", "/ping", "/invocations", "/v1/completions", "/v1/embeddings",
                     "/tokenize", "/detokenize"})
+
+
+def _key_name(scope: Scope) -> str | None:
+    """The configured name of the request's API key (set by the auth middleware inside this
+    one, in the shared ``state``); never the key itself."""
+    key = scope.get("state", {}).get("api_key")
+    name = getattr(key, "name", None)
+    return name if isinstance(name, str) else None
 
 
 class ObserveMiddleware:
@@ -86,7 +96,15 @@ class ObserveMiddleware:
             self.metrics.requests.labels(route, stats.model or "-", str(status)).inc()
             if stats.upstream_seconds:
                 self.metrics.overhead.labels(route).observe(max(0.0, elapsed - stats.upstream_seconds))
+            key = _key_name(scope)
+            self.metrics.key_requests.labels(key or "-", str(status)).inc()
+            if stats.prompt_tokens or stats.completion_tokens:
+                tokens = self.metrics.key_tokens
+                tokens.labels(key or "-", stats.model or "-", "in").inc(stats.prompt_tokens)
+                tokens.labels(key or "-", stats.model or "-", "out").inc(stats.completion_tokens)
             log.info(json.dumps({"request_id": request_id, "method": scope.get("method"),
                                  "path": scope.get("path"), "status": status, "model": stats.model or None,
+                                 "key": key, "prompt_tokens": stats.prompt_tokens,
+                                 "completion_tokens": stats.completion_tokens,
                                  "duration_ms": round(elapsed * 1000, 2),
                                  "upstream_ms": round(stats.upstream_seconds * 1000, 2)}))

@@ -74,3 +74,31 @@ async def test_open_streams_gauge_returns_to_zero_when_closed_unread() -> None:
             assert stats.model == MODEL
     finally:
         m.end(token)
+
+
+async def test_usage_per_key_in_the_log_and_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    """An operator can see who used what: the key's configured name (never the key) and its
+    token counts, in the access log line and in ocm_key_* metrics."""
+    import hashlib
+
+    from app.config import GatewayConfig
+    from tests.support.gateway import config
+
+    secret = "sk-carol-secret"
+    cfg = GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": [
+        {"name": "carol", "sha256": hashlib.sha256(secret.encode()).hexdigest()}]}})
+    caplog.set_level(logging.INFO, logger="ocm_gateway.access")
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(), cfg) as c:
+        auth = {"authorization": f"Bearer {secret}"}
+        assert (await c.post("/v1/chat/completions", json=CHAT, headers=auth)).status_code == 200
+        assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 401
+        text = (await c.get("/metrics")).text
+    logs = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "ocm_gateway.access"]
+    ok = next(e for e in logs if e["status"] == 200)
+    assert ok["key"] == "carol" and ok["prompt_tokens"] == 59 and ok["completion_tokens"] == 11
+    assert next(e for e in logs if e["status"] == 401)["key"] is None
+    assert secret not in caplog.text and secret not in text
+    assert _value(text, "ocm_key_tokens_total", key="carol", model=MODEL, direction="in") == 59
+    assert _value(text, "ocm_key_tokens_total", key="carol", model=MODEL, direction="out") == 11
+    assert _value(text, "ocm_key_requests_total", key="carol", status="200") == 1
+    assert _value(text, "ocm_key_requests_total", key="-", status="401") == 1
