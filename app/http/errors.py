@@ -58,7 +58,7 @@ async def _validation_error(_: Request, exc: Exception) -> Response:
 
 def _static_route_matches(request: Request) -> bool:
     """Whether a route without path parameters has exactly this path (a real 405): with
-    ``GET /v1/responses/{id}``, ``POST /v1/responses/compact`` is an unknown URL, not a
+    ``GET /v1/responses/{id}``, ``POST /v1/responses/nope`` is an unknown URL, not a
     method the resource lacks."""
     static: frozenset[str] = getattr(request.app.state, "static_paths", frozenset())
     return request.url.path in static

@@ -114,9 +114,9 @@ async def test_unknown_route_and_method() -> None:
         assert r.status_code == 405 and _assert_error_shape(r.json())["code"] == "method_not_allowed"
         assert r.headers["allow"] == "POST"
         # A path that only matches a parameterised route is an unknown URL, not a 405.
-        r = await client.post("/v1/responses/compact", json={})
+        r = await client.post("/v1/responses/nope", json={})
         assert r.status_code == 404 and _assert_error_shape(r.json())["code"] == "not_found"
-        assert "POST /v1/responses/compact" in r.json()["error"]["message"]
+        assert "POST /v1/responses/nope" in r.json()["error"]["message"]
         r = await client.put("/v1/models/x")
         assert r.status_code == 404 and _assert_error_shape(r.json())["code"] == "not_found"
 
