@@ -29,11 +29,18 @@ def _event(tokens: list[int], *, stop: bool = False) -> bytes:
 
 
 def _upstream(answer: str) -> httpx.MockTransport:
-    script = ("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant"
-              f"<|channel|>final<|message|>{answer}<|return|>")
-    events = [*(_event([t]) for t in script_ids(script)), _event([], stop=True)]
-    return httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, stream=RecordedBody(events)))
+    """The whole answer; the continuation the gateway asks for once the final message opened
+    (with ``json_schema``, app/engine/constrained.py) is its body, as written: a backend
+    that does not hold it to the schema."""
+    def handle(request: httpx.Request) -> httpx.Response:
+        script = f"{answer}<|return|>"
+        if "json_schema" not in json.loads(request.content):
+            script = ("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant"
+                      f"<|channel|>final<|message|>{script}")
+        events = [*(_event([t]) for t in script_ids(script)), _event([], stop=True)]
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              stream=RecordedBody(events))
+    return httpx.MockTransport(handle)
 
 
 def _chat(strict: bool | None, stream: bool = False) -> dict[str, Any]:
