@@ -7,7 +7,8 @@ the gateway.  It always ends with exactly one terminal: the encoder's own for
 ``Finished`` / ``Error``, an ``Error`` for a failure of the loop itself or for
 :meth:`Run.stop` (shutdown), or the encoder's :meth:`Encoder.cancel` for
 :meth:`Run.cancel` (client gone, cancel endpoint).  The upstream request is closed
-whatever ends the run, and :class:`RunHooks` see it start and end (persistence).
+whatever ends the run, and :class:`RunHooks` see it start and end (persistence).  A
+background run also keeps its payloads for readers that come and go (:mod:`.replay`).
 
 A run is designed to outlive its HTTP request (background responses, the cancel
 endpoint) and to be the unit that later holds several generations with tool calls in
@@ -25,6 +26,7 @@ from typing import Any, Literal, Protocol
 from app.core import events as ev
 from app.core.access import Principal
 from app.core.errors import GatewayError, from_event, to_event
+from app.engine.replay import Replay
 
 log = logging.getLogger("ocm_gateway")
 
@@ -92,6 +94,8 @@ class Run:
         # upstream request would stay open), so such a cancel waits for that first step.
         self._started = False
         self._cancel_pending = False
+        # a background run keeps its payloads for readers that come and go (resumable)
+        self.replay: Replay | None = Replay() if mode == "background" else None
 
     @property
     def persisted(self) -> bool:
@@ -149,6 +153,8 @@ class Run:
                     await self.hooks.ended(self)
                 except Exception:
                     log.exception("run %s: could not persist its end", self.id)
+            if self.replay is not None:
+                self.replay.end()
             self._put(None)
 
     def _fail(self, error: ev.Error) -> None:
@@ -160,6 +166,9 @@ class Run:
         if self.mode == "stream":
             for payload in payloads:
                 self._put(payload)
+        elif self.replay is not None:
+            for payload in payloads:
+                self.replay.push(payload)
 
     # -- consumers -------------------------------------------------------------------
     def frames(self) -> Frames:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from app.api.responses.dialect import choose
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.service import ResponsesService
+from app.core.errors import InvalidRequest
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
@@ -39,7 +40,10 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     creating = service.create(body, principal(request), dialect)
     if body.background:  # does not wait for the backend, and outlives this request
         run = await creating
-        assert isinstance(run.encoder, ResponsesEncoder)
+        assert isinstance(run.encoder, ResponsesEncoder) and run.replay is not None
+        if body.stream:  # followed from its start; leaving does not cancel it (resumable)
+            return sse_response(run.replay.reader(None, run.stop), _named,
+                                service.registry.config.shutdown_grace_seconds)
         return JSONResponse(run.encoder.snapshot())
     if not body.stream:
         return await json_answer(request, creating)
@@ -77,8 +81,17 @@ async def list_responses(request: Request, limit: int = Query(20, ge=1, le=100),
 
 
 @router.get("/v1/responses/{response_id}")
-async def get_response(response_id: str, request: Request) -> Response:
-    return JSONResponse(await _service(request).get(response_id, principal(request)))
+async def get_response(response_id: str, request: Request, stream: bool = False,
+                       starting_after: int | None = Query(None, ge=-1)) -> Response:
+    """The response; with ``stream=true`` (background responses) its events after
+    ``starting_after``, then live until it ends: a dropped stream resumes where it broke."""
+    service = _service(request)
+    if stream:
+        reader = await service.follow(response_id, principal(request), starting_after)
+        return sse_response(reader, _named, service.registry.config.shutdown_grace_seconds)
+    if starting_after is not None:
+        raise InvalidRequest("starting_after is only for stream=true.", param="starting_after")
+    return JSONResponse(await service.get(response_id, principal(request)))
 
 
 @router.delete("/v1/responses/{response_id}")

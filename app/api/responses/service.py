@@ -26,6 +26,7 @@ from app.core.access import ANONYMOUS, Principal
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run
 from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, TextFormatJSONSchema
 
@@ -83,6 +84,8 @@ class StoreHooks:
         await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
     async def ended(self, run: Run) -> None:
+        if run.replay is not None:  # a background run: its events, for readers after its end
+            await self._store.put_events(run.id, self._tenant, run.replay.events)
         await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
 
@@ -159,8 +162,6 @@ class ResponsesService:
                      dialect: EventDialect = OPEN_RESPONSES) -> Run:
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
-        if body.background and body.stream:
-            raise InvalidRequest("stream together with background is not supported.", param="background")
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
         resolved = await self._context(body, who)
         context = resolved.items
@@ -226,6 +227,24 @@ class ResponsesService:
                 break
             cursor = str(batch[-1]["id"])
         return out[:limit], len(out) > limit
+
+    async def follow(self, response_id: str, who: Principal, after: int | None) -> ReplayReader:
+        """A background response's events after sequence number ``after``: live while it runs
+        in this process, from the store once it has ended (see :mod:`app.engine.replay`)."""
+        run = self._inflight(response_id, who)
+        if run is not None and run.replay is not None:
+            return run.replay.reader(after, run.stop)
+        stored = await self._stored(response_id, who)
+        events = await self.store.get_events(response_id, who.tenant)
+        if events is None:
+            if run is None and stored.resource.get("background") and stored.resource.get("status") in (
+                    "queued", "in_progress"):
+                raise InvalidRequest(f"Response {response_id!r} is running in another gateway "
+                                     "process; its events can be streamed from there or after "
+                                     "it ends.", param="stream", code="not_resumable_here")
+            raise InvalidRequest(f"Response {response_id!r} was not created with background: true; "
+                                 "only background responses can be streamed again.", param="stream")
+        return Replay.finished(events).reader(after)
 
     async def input_items(self, response_id: str, who: Principal = ANONYMOUS) -> list[Json]:
         return (await self._stored(response_id, who)).input_items

@@ -5,13 +5,16 @@ input context in wire form (previous input + previous output + new input), which
 exactly what ``previous_response_id`` needs to continue from it, and its owner (the
 tenant that created it): every read and delete is scoped to the owner. A response is written
 when its run starts and when it ends; in between its process touches ``updated_at`` as a
-heartbeat, so a run whose process died (kill -9) can be told from one still going.
+heartbeat, so a run whose process died (kill -9) can be told from one still going.  A
+background response's streamed events are kept too (``response_events``), so a reader can
+replay them after its end (``GET /v1/responses/{id}?stream=true``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,11 @@ CREATE TABLE IF NOT EXISTS responses (
     input_items BLOB NOT NULL,
     owner TEXT NOT NULL DEFAULT '',
     updated_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS response_events (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    events BLOB NOT NULL
 )
 """
 
@@ -56,7 +64,7 @@ class ResponseStore:
         db = await aiosqlite.connect(str(path))
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
-        await db.execute(_SCHEMA)
+        await db.executescript(_SCHEMA)
         async with db.execute("PRAGMA table_info(responses)") as cur:
             columns = {row[1] for row in await cur.fetchall()}
         if "owner" not in columns:  # a store from before tenancy: its rows belong to no key
@@ -106,8 +114,29 @@ class ResponseStore:
     async def delete(self, response_id: str, owner: str) -> bool:
         cur = await self._db.execute("DELETE FROM responses WHERE id = ? AND owner = ?",
                                      (response_id, owner))
+        await self._db.execute("DELETE FROM response_events WHERE id = ? AND owner = ?",
+                               (response_id, owner))
         await self._db.commit()
         return (cur.rowcount or 0) > 0
+
+    async def put_events(self, response_id: str, owner: str, events: list[dict[str, Any]]) -> None:
+        """A background response's streamed events, for readers after its end (zlib: deltas
+        repeat a lot)."""
+        blob = zlib.compress(orjson.dumps(events), 1)
+        await self._db.execute(
+            "INSERT INTO response_events (id, owner, events) VALUES (?, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET owner = excluded.owner, events = excluded.events",
+            (response_id, owner, blob))
+        await self._db.commit()
+
+    async def get_events(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
+        async with self._db.execute("SELECT events FROM response_events WHERE id = ? AND owner = ?",
+                                    (response_id, owner)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        events: list[dict[str, Any]] = orjson.loads(zlib.decompress(row[0]))
+        return events
 
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[dict[str, Any]] | None:
