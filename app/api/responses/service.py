@@ -242,6 +242,10 @@ class ResponsesService:
                 raise InvalidRequest(f"Response {response_id!r} is running in another gateway "
                                      "process; its events can be streamed from there or after "
                                      "it ends.", param="stream", code="not_resumable_here")
+            if stored.resource.get("background"):  # its process died before storing them
+                raise InvalidRequest(f"The events of response {response_id!r} were lost with the "
+                                     "gateway process that ran it.", param="stream",
+                                     code="events_lost")
             raise InvalidRequest(f"Response {response_id!r} was not created with background: true; "
                                  "only background responses can be streamed again.", param="stream")
         return Replay.finished(events).reader(after)
