@@ -65,6 +65,14 @@ def template_kwargs(value: dict[str, Any] | None,
 _MAX_LOGIT_BIAS = 1024
 
 
+def stop_strings(value: str | list[str] | None) -> tuple[str, ...]:
+    """``stop``: one string or up to 4, none empty."""
+    stop = () if value is None else (value,) if isinstance(value, str) else tuple(value)
+    if len(stop) > 4 or any(not s for s in stop):
+        raise InvalidRequest("stop takes up to 4 non-empty strings.", param="stop")
+    return stop
+
+
 def logit_bias(value: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     """OpenAI's ``logit_bias``: token ids (as JSON object keys) to a bias in [-100, 100]."""
     if not value:

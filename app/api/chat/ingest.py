@@ -10,6 +10,7 @@ from app.api.validate import (
     check_json_schema,
     logit_bias,
     reasoning_effort,
+    stop_strings,
     template_kwargs,
     thinking,
 )
@@ -133,15 +134,7 @@ def ingest_chat(req: wire.ChatCompletionRequest) -> ChatIngest:
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest("stream_options is only allowed when stream is true.",
                              param="stream_options")
-    stop: tuple[str, ...]
-    if req.stop is None:
-        stop = ()
-    elif isinstance(req.stop, str):
-        stop = (req.stop,)
-    else:
-        stop = tuple(req.stop)
-    if len(stop) > 4 or any(not s for s in stop):
-        raise InvalidRequest("stop takes up to 4 non-empty strings.", param="stop")
+    stop = stop_strings(req.stop)
     tools = _tools(req)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = GenerationParams(

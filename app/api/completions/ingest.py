@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.api.validate import logit_bias
+from app.api.validate import logit_bias, stop_strings
 from app.core.conversation import GenerationParams
 from app.core.errors import InvalidRequest
 from schemas.completions import CompletionRequest
@@ -48,13 +48,6 @@ def prompts(value: str | list[str] | list[int] | list[list[int]]) -> tuple[Clien
             where = "prompt" if len(out) == 1 else f"prompt[{i}]"
             raise InvalidRequest("The prompt is empty.", param=where)
     return out
-
-
-def stop_strings(value: str | list[str] | None) -> tuple[str, ...]:
-    stop = () if value is None else (value,) if isinstance(value, str) else tuple(value)
-    if len(stop) > 4 or any(not s for s in stop):
-        raise InvalidRequest("stop takes up to 4 non-empty strings.", param="stop")
-    return stop
 
 
 def ingest_completion(req: CompletionRequest) -> CompletionIngest:
