@@ -17,6 +17,7 @@ from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
 from app.api.completions import routes as completions_routes
 from app.api.responses import routes as responses_routes
+from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
 from app.api.responses.store import ResponseStore
 from app.config import GatewayConfig, load_config
@@ -68,7 +69,7 @@ def create_app(config: GatewayConfig | None = None,
                   docs_url="/docs" if cfg.http.docs else None)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
-               completions_routes.router]
+               completions_routes.router, responses_websocket.router]
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,

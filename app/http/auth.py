@@ -4,6 +4,9 @@ Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`
 hashed and compared in constant time.  Health, readiness, metrics and the API docs stay open.  The
 matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
 allow-list (:func:`check_model`) and scope what they store to its tenant (:func:`principal`).
+WebSocket upgrades (``GET /v1/responses``) are checked the same way: a bad key gets the same
+401 instead of the upgrade (or, on a server without the denial-response extension, the
+handshake is closed with 1008, which the server answers with 403).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.config import ApiKey
@@ -42,7 +45,7 @@ class AuthMiddleware:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or not self.keys or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         key = self._match(scope)
@@ -50,18 +53,21 @@ class AuthMiddleware:
             body = error_body("Missing or invalid API key. Send 'Authorization: Bearer <key>'.",
                                  "invalid_request_error", "invalid_api_key")
             response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
-            await response(scope, receive, send)
+            if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await response(scope, receive, send)  # on a WebSocket: the denial response
             return
         scope.setdefault("state", {})["api_key"] = key
         await self.app(scope, receive, send)
 
 
-def api_key(request: Request) -> ApiKey | None:
+def api_key(request: HTTPConnection) -> ApiKey | None:
     key: Any = getattr(request.state, "api_key", None)
     return key if isinstance(key, ApiKey) else None
 
 
-def principal(request: Request) -> Principal:
+def principal(request: HTTPConnection) -> Principal:
     """The tenant of this request: its key's name and allow-list (anonymous with auth off)."""
     key = api_key(request)
     if key is None:
@@ -69,11 +75,11 @@ def principal(request: Request) -> Principal:
     return Principal(key.name, None if key.models is None else frozenset(key.models))
 
 
-def may_use(request: Request, model: str) -> bool:
+def may_use(request: HTTPConnection, model: str) -> bool:
     return principal(request).may_use(model)
 
 
-def check_model(request: Request, model: str) -> None:
+def check_model(request: HTTPConnection, model: str) -> None:
     """A model outside the key's allow-list looks exactly like a missing model (404)."""
     if not may_use(request, model):
         raise ModelNotFound(f"The model {model!r} does not exist.", param="model")

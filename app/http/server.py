@@ -6,7 +6,8 @@ descriptors. :class:`GuardedH11Protocol` gives every request head ``limits.heade
 seconds to arrive (from the moment the connection opens, or the previous response ends), then
 closes the connection. Bodies have their own deadline (``limits.body_timeout``, a 408 from
 :mod:`app.http.limits`). Open connections are capped (:func:`connection_cap`): one over the cap
-gets an immediate 503 (an OpenAI error body) and is closed.
+gets an immediate 503 (an OpenAI error body) and is closed. A WebSocket upgrade hands the
+connection over with its head deadline disarmed (it would otherwise close the socket).
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class GuardedH11Protocol(H11Protocol):
         super().handle_events()
         if not self._waiting_for_head():
             self._disarm()  # a head arrived: the request is the app's (and the body deadline's)
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        self._disarm()  # the connection is the WebSocket's now: no request head will follow
+        super().handle_websocket_upgrade(event)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -1,0 +1,231 @@
+"""Open Responses WebSocket mode: ``GET /v1/responses`` upgraded to a WebSocket.
+
+What the spec document says (``x-openresponses-websocket`` on ``/responses``): every client
+message is a ``WebSocketResponseCreateEvent`` (the create body plus ``"type":
+"response.create"``; ``stream``, ``stream_options`` and ``background`` must not be sent), the
+server answers with the same streaming events as ``text/event-stream``, and failures are
+``WebSocketErrorEvent`` (``{"type": "error", "status": <HTTP-style status>, "error": {code,
+message, param, type}}``, no ``sequence_number``).  What this module adds, following OpenAI's
+WebSocket mode (the public compliance suite tests it):
+
+* One response at a time per socket: messages that arrive while a response streams wait in
+  order (at most :data:`MAX_PENDING`; one more is refused with a 429 error event).  A bad
+  message (not JSON, not a ``response.create``, invalid body, over ``limits.max_body_bytes``)
+  is answered by an error event and the socket stays open.
+* Chaining: ``previous_response_id`` works as over HTTP, and the socket also remembers its most
+  recent ``store: false`` response (:class:`SocketStore`), so a ``store: false`` chain continues
+  on the same socket without anything being stored.  That memory is the socket's own: after a
+  reconnect, or once a turn that continued it failed (the entry is evicted), continuing it is
+  ``previous_response_not_found``.
+* The event dialect (:mod:`app.api.responses.dialect`) is chosen once, from the upgrade
+  request's headers, by the same rule as for HTTP.
+* Closing the socket cancels the response in flight (its upstream request is closed) and drops
+  the waiting messages.
+
+Authentication is the auth middleware's: a bad key gets a 401 instead of the upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from pydantic import ValidationError
+from starlette.types import Message
+from starlette.websockets import WebSocket, WebSocketState
+
+from app.api.responses.dialect import choose
+from app.api.responses.ingest import new_input_items
+from app.api.responses.resolve import has_files, resolve
+from app.api.responses.service import ResponsesService
+from app.api.responses.store import ResponseStore, StoredResponse
+from app.core.access import Principal
+from app.core.errors import GatewayError, InvalidRequest, error_fields
+from app.http.auth import check_model, principal
+from app.http.body import BodyRejected, parse_json
+from app.http.errors import _validation_message
+from schemas.responses import CreateResponseBody
+
+Json = dict[str, Any]
+router = APIRouter()
+
+MAX_PENDING = 16  # response.create messages waiting behind the one in flight
+HTTP_ONLY = ("stream", "stream_options", "background")  # x-openresponses-disallowed
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+CONTINUABLE = frozenset({"completed", "incomplete"})
+
+
+class SocketStore(ResponseStore):
+    """The shared response store with one socket's most recent ``store: false`` response in
+    front of it: only :meth:`get` looks at that entry, every write goes to the shared store."""
+
+    def __init__(self, shared: ResponseStore) -> None:
+        super().__init__(shared._db)
+        self.recent: tuple[str, StoredResponse] | None = None  # (tenant, response)
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        if self.recent is not None:
+            tenant, stored = self.recent
+            if stored.resource["id"] == response_id and tenant == owner:
+                return stored
+        return await super().get(response_id, owner)
+
+    def remember(self, tenant: str, stored: StoredResponse | None) -> None:
+        self.recent = None if stored is None else (tenant, stored)
+
+    def forget(self, response_id: str | None) -> None:
+        if self.recent is not None and self.recent[1].resource["id"] == response_id:
+            self.recent = None
+
+
+def parse_create(raw: str | bytes, limit: int) -> CreateResponseBody:
+    """One client message as a create body (streamed); an :class:`InvalidRequest` says why not."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > limit:
+        raise InvalidRequest(f"Message over {limit} bytes.", code="request_too_large", status=413)
+    try:
+        value = parse_json(data)
+    except BodyRejected as exc:
+        raise InvalidRequest(str(exc.detail).replace("request body", "message"), code=exc.code,
+                             param=exc.param) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("A message must be a JSON object (a response.create event).",
+                             code="invalid_json")
+    kind = value.pop("type", None)
+    if kind != "response.create":
+        if kind is None:
+            raise InvalidRequest("Missing required parameter: 'type' (send \"type\": \"response.create\").",
+                                 param="type", code="missing_required_parameter")
+        raise InvalidRequest(f"Unknown client event type {kind!r}: the only one is 'response.create'.",
+                             param="type", code="invalid_value")
+    for name in HTTP_ONLY:
+        if name in value:
+            raise InvalidRequest(f"{name} is an HTTP field and must not be sent in WebSocket mode "
+                                 "(every response is streamed on the socket).", param=name,
+                                 code="unknown_parameter")
+    try:
+        body = CreateResponseBody.model_validate_json(orjson.dumps(value))
+    except ValidationError as exc:
+        message, param, code = _validation_message(exc.errors())
+        raise InvalidRequest(message, param=param, code=code) from None
+    return body.model_copy(update={"stream": True})
+
+
+def error_event(exc: GatewayError) -> Json:
+    """A ``WebSocketErrorEvent``."""
+    return {"type": "error", "status": exc.status,
+            "error": error_fields(exc.message, exc.type, exc.code, exc.param)}
+
+
+class Session:
+    """One socket: a reader that queues messages (and notices the close at once) and a worker
+    that answers them one at a time."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        shared: ResponsesService = ws.app.state.responses
+        self.ws = ws
+        self.who: Principal = principal(ws)
+        self.store = SocketStore(shared.store)
+        self.service = copy.copy(shared)  # the same engine and runs; this socket's store view
+        self.service.store = self.store
+        config = shared.registry.config
+        self.dialect = choose(config.responses.event_dialect, ws.headers)
+        self.limit = config.limits.max_body_bytes
+        self.inbox: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
+
+    async def serve(self) -> None:
+        await self.ws.accept()
+        loop = asyncio.get_running_loop()
+        reader, worker = loop.create_task(self._read()), loop.create_task(self._work())
+        try:
+            await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # closed by the client (reader) or a failed send (worker): cancel what is left
+            for task in (reader, worker):
+                task.cancel()
+            for task in (reader, worker):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self.ws.application_state == WebSocketState.CONNECTED and \
+                self.ws.client_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await self.ws.close(1011)
+
+    async def _read(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if self.inbox.full():
+                await self._send(error_event(GatewayError(
+                    f"More than {MAX_PENDING} response.create messages are waiting: a socket "
+                    "answers one at a time.", code="too_many_pending_requests", status=429)))
+                continue
+            self.inbox.put_nowait(message)
+
+    async def _work(self) -> None:
+        while True:
+            message = await self.inbox.get()
+            await self._turn(message)
+
+    async def _send(self, payload: Json) -> None:
+        await self.ws.send_text(orjson.dumps(payload).decode())
+
+    async def _turn(self, message: Message) -> None:
+        previous: str | None = None
+        try:
+            raw = message.get("text")
+            if raw is None:
+                raise InvalidRequest("Binary messages are not accepted: send response.create as text.",
+                                     code="invalid_json")
+            body = parse_create(raw, self.limit)
+            previous = body.previous_response_id
+            check_model(self.ws, body.model)
+            run = await self.service.create(body, self.who, self.dialect)
+        except GatewayError as exc:
+            self.store.forget(previous)  # a failed continuation evicts what it continued
+            await self._send(error_event(exc))
+            return
+        final: Json | None = None
+        frames = run.frames().batched()
+        try:  # leaving early (socket closed: this task is cancelled) cancels the run
+            async for batch in frames:
+                for payload in batch:
+                    if payload.get("type") in TERMINAL and isinstance(payload.get("response"), dict):
+                        final = payload["response"]
+                    await self._send(payload)
+        finally:
+            await frames.aclose()
+        if final is None or final.get("status") not in CONTINUABLE:
+            self.store.forget(previous)
+        elif body.store:  # continued from the shared store from now on
+            self.store.remember(self.who.tenant, None)
+        else:
+            try:
+                context = await self._context(body)
+            except GatewayError:  # not expected: the service resolved the same input
+                self.store.forget(previous)
+                return
+            self.store.remember(self.who.tenant, StoredResponse(final, context))
+
+    async def _context(self, body: CreateResponseBody) -> list[Json]:
+        """What the response saw (previous context + its resolved input), as a stored
+        response's ``input_items`` holds it (the service resolved the same while creating)."""
+        items: list[Json] = []
+        if body.previous_response_id:
+            prev = await self.store.get(body.previous_response_id, self.who.tenant)
+            if prev is not None:
+                items = prev.input_items + prev.resource["output"]
+        new = new_input_items(body)
+        sealer, tenant = self.service.sealer, self.who.tenant
+        if has_files(new):
+            return (await asyncio.to_thread(resolve, items, new, sealer, tenant)).items
+        return resolve(items, new, sealer, tenant).items
+
+
+@router.websocket("/v1/responses")
+async def responses_socket(ws: WebSocket) -> None:
+    await Session(ws).serve()
