@@ -6,6 +6,10 @@ re-tokenized into a control token.  We always stream upstream (``stream: true``,
 chunks.  Every SSE event carries ``tokens`` (ids) and ``content`` (their text);
 the final ``stop: true`` event carries ``stop_type`` (``eos`` / ``limit`` /
 ``word``) and the token counts (see ``tests/fixtures/wire/llamacpp``).
+
+A prompt with images (a server with a multimodal projector) goes as llama.cpp's
+multimodal prompt object instead, checked so that client text still cannot become a
+control token (:mod:`adapters.llamacpp_media`).
 """
 
 from __future__ import annotations
@@ -13,17 +17,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any, cast
 
 import httpx
 import orjson
 
 from adapters.base import Capabilities, get_json, status_error, token_ids, transport_error
 from adapters.gguf import GGUFError, read_vocabulary
-from adapters.routing import RetryPolicy
+from adapters.llamacpp_media import images_of, pieces, prompt_object, strip_prefix
+from adapters.routing import RetryPolicy, failover
 from adapters.safe_tokens import IsMarker, by_ids, by_shape, safe_ids
-from adapters.transport import Framing, HttpBackend, any_healthy
+from adapters.transport import Framing, HttpBackend, any_healthy, post_stream
 from app.core.conversation import GenerationParams
 from app.core.errors import GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk, Finish, TokenLogprob, TopLogprob, Usage
@@ -82,8 +89,9 @@ class LlamaCppDialect:
     kind = "llamacpp"
     label = "llama.cpp"
     framing: Framing = "sse"
+    # images: only when the server can see, which its /props tells (LlamaCppBackend.tokenize)
     capabilities = Capabilities(token_ids=True, logprobs=True, max_top_logprobs=20, n=False,
-                                seed=True, json_schema=True, images=False, tokenize=True,
+                                seed=True, json_schema=True, images=True, tokenize=True,
                                 ignore_eos=True, logit_bias=True)
 
     def url(self, base: str) -> str:
@@ -166,6 +174,8 @@ class LlamaCppBackend(HttpBackend):
         self._gguf = gguf
         self._is_marker: IsMarker | None = None
         self._marker_lock = asyncio.Lock()
+        self._vision: tuple[bool, float] | None = None  # (every replica sees, when asked)
+        self._prefix: tuple[str, list[int]] | None = None  # what the server puts in front (BOS)
 
     async def chat_template(self) -> tuple[str, str, str]:
         """(chat_template, bos_token, eos_token) from the first replica's ``GET /props``."""
@@ -182,8 +192,9 @@ class LlamaCppBackend(HttpBackend):
             raise UpstreamError(f"The backend at {base} reports no chat template in /props.")
         return template, str(props.get("bos_token") or ""), str(props.get("eos_token") or "")
 
-    async def _tokenize(self, text: str, special: bool) -> list[dict[str, Any]]:
-        body = {"content": text, "add_special": False, "parse_special": special, "with_pieces": True}
+    async def _tokenize(self, text: str, special: bool, add_special: bool = False) -> list[dict[str, Any]]:
+        body = {"content": text, "add_special": add_special, "parse_special": special,
+                "with_pieces": True}
         replica = self.pool.pick(set())
         try:
             response = await self._client.post(f"{replica.url}/tokenize", content=orjson.dumps(body),
@@ -242,7 +253,86 @@ class LlamaCppBackend(HttpBackend):
         return [int(t["id"]) for t in await self._tokenize(text, True)]
 
     async def tokenize(self, segments: Sequence[tuple[str, bool]]) -> list[int]:
+        if images_of(segments):
+            return await self._media_ids(segments)
         parts = await asyncio.gather(*(
             self._trusted_ids(text) if trusted else self._untrusted_ids(text)
             for text, trusted in segments))
         return [i for part in parts for i in part]
+
+    # -- images (adapters.llamacpp_media) ------------------------------------------------
+
+    VISION_RECHECK = 30.0  # seconds between two /props reads that said "cannot see"
+
+    async def can_see(self) -> bool:
+        """Whether every replica that answers ``GET /props`` reports ``modalities.vision``.
+        A yes is kept; a no (or no answer) is asked again after :attr:`VISION_RECHECK` s,
+        so a server restarted with ``--mmproj`` is noticed."""
+        if self._vision is not None and (self._vision[0] or
+                                         time.monotonic() - self._vision[1] < self.VISION_RECHECK):
+            return self._vision[0]
+        answers = [await get_json(self._client, f"{base}/props") for base in self.base_urls]
+        seen = [bool(((a or {}).get("modalities") or {}).get("vision")) for a in answers
+                if isinstance(a, dict)]
+        vision = bool(seen) and all(seen)
+        self._vision = (vision, time.monotonic())
+        return vision
+
+    async def _server_prefix(self) -> tuple[str, list[int]]:
+        """(text, ids) of what the server adds in front of a prompt it tokenizes (its BOS)."""
+        if self._prefix is None:
+            tokens = await self._tokenize("", True, add_special=True)
+            self._prefix = ("".join(str(t.get("piece") or "") for t in tokens),
+                            [int(t["id"]) for t in tokens])
+        return self._prefix
+
+    async def _media_ids(self, segments: Sequence[tuple[str, bool]]) -> list[int]:
+        """The text token ids of a prompt with images (their own tokens are the server's),
+        once the model is known to see and no client text can become a control token."""
+        images = images_of(segments)
+        if not await self.can_see():
+            raise InvalidRequest("This model cannot see images: its llama.cpp server reports no "
+                                 "vision in /props (it needs a multimodal projector, --mmproj).",
+                                 param=images[0][0], code="unsupported_content_type")
+        is_marker = await self._marker_check()
+        prefix, prefix_ids = await self._server_prefix()
+        ids = list(prefix_ids)
+        for piece in pieces(strip_prefix(segments, prefix)):
+            text = "".join(t for t, _ in piece)
+            server, *trusted = await asyncio.gather(
+                self._tokenize(text, True),
+                *(self._tokenize(t, True) for t, ok in piece if ok))
+            expected = [int(t["id"]) for part in trusted for t in part if is_marker(t)]
+            if [int(t["id"]) for t in server if is_marker(t)] != expected:
+                raise InvalidRequest("The message text contains a sequence this model's tokenizer "
+                                     "treats as a control token.", param="messages",
+                                     code="control_token_in_text")
+            ids += [int(t["id"]) for t in server]
+        return ids
+
+    def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        if images_of(prompt.segments):
+            return self._stream_media(prompt, params)
+        return super().stream(prompt, params)
+
+    async def _stream_media(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
+        body = self.dialect.request_body(prompt, params)
+        segments = strip_prefix(prompt.segments, (await self._server_prefix())[0])
+        reader = self.dialect.reader()
+
+        async def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
+            props = await get_json(self._client, f"{base}/props")  # this replica's marker, now
+            marker = props.get("media_marker") if isinstance(props, dict) else None
+            if not isinstance(marker, str) or not marker:
+                raise UpstreamError(f"The llama.cpp server at {base} reports no media_marker in "
+                                    "/props, so it cannot be sent images.")
+            upstream = {**body, "prompt": prompt_object(segments, marker)}
+            async with aclosing(cast(AsyncGenerator[dict[str, Any], None], post_stream(
+                    self._client, self.dialect.url(base), upstream, self.dialect.label,
+                    errors=self.dialect.error, is_last=reader.is_last))) as events:
+                async for event in events:
+                    yield event
+
+        async with aclosing(failover(self.pool, open_stream)) as events:
+            async for event in events:
+                yield reader.chunk(event)

@@ -6,6 +6,11 @@ keeps Harmony markers in the text.  Streamed choices carry ``token_ids`` (someti
 several per chunk) and ``finish_reason`` on the chunk of the last token;
 ``stream_options.include_usage`` adds a final usage chunk with ``choices: []``
 (see ``tests/fixtures/wire/vllm``).
+
+Images are refused (400 naming the content part): vLLM's ``/v1/completions`` takes a
+prompt as text or token ids and has no field for image data (its multimodal input is
+the chat endpoint's ``messages``, which would re-tokenize client text).  A vision model
+on vLLM is served through the ``openai`` backend with ``prompt_format = "chat"``.
 """
 
 from __future__ import annotations

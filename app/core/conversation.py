@@ -22,6 +22,9 @@ class TextPart:
 
 @dataclass(frozen=True, slots=True)
 class ImagePart:
+    """An image; from a request, ``url`` is a ``data:image/...;base64,`` URL that
+    :func:`app.core.media.check_image_url` accepted (the gateway fetches no addresses)."""
+
     url: str
     detail: str | None = None
     type: Literal["image"] = "image"

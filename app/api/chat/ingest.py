@@ -27,6 +27,7 @@ from app.core.conversation import (
     ToolChoice,
 )
 from app.core.errors import InvalidRequest
+from app.core.media import check_image_url
 from schemas import chat as wire
 
 
@@ -40,16 +41,17 @@ class ChatIngest:
 
 
 def _parts(content: str | list[wire.TextContentPart] | list[wire.UserContentPart] | None,
-           ) -> tuple[ContentPart, ...]:
+           where: str) -> tuple[ContentPart, ...]:
     if content is None:
         return ()
     if isinstance(content, str):
         return (TextPart(content),)
     parts: list[ContentPart] = []
-    for part in content:
+    for j, part in enumerate(content):
         if isinstance(part, wire.TextContentPart):
             parts.append(TextPart(part.text))
-        else:
+        else:  # a data: URL of a real image, or a 400 naming the part (app.core.media)
+            check_image_url(part.image_url.url, f"{where}.content[{j}]")
             parts.append(ImagePart(part.image_url.url, part.image_url.detail))
     return tuple(parts)
 
@@ -67,7 +69,7 @@ def _messages(req: wire.ChatCompletionRequest) -> tuple[Message, ...]:
                 calls.append(ToolCall(tc.id, tc.function.name, tc.function.arguments))
                 known_calls.add(tc.id)
             reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
-            out.append(Message("assistant", _parts(m.content), m.name, tuple(calls),
+            out.append(Message("assistant", _parts(m.content, f"messages[{i}]"), m.name, tuple(calls),
                                reasoning=reasoning, source=f"messages[{i}]"))
         elif isinstance(m, wire.ToolMessage):
             if m.tool_call_id not in known_calls:
@@ -76,10 +78,10 @@ def _messages(req: wire.ChatCompletionRequest) -> tuple[Message, ...]:
                     "tool call of a preceding assistant message.",
                     param=f"messages[{i}].tool_call_id",
                 )
-            out.append(Message("tool", _parts(m.content), tool_call_id=m.tool_call_id,
+            out.append(Message("tool", _parts(m.content, f"messages[{i}]"), tool_call_id=m.tool_call_id,
                                source=f"messages[{i}]"))
         else:
-            out.append(Message(m.role, _parts(m.content), m.name, source=f"messages[{i}]"))
+            out.append(Message(m.role, _parts(m.content, f"messages[{i}]"), m.name, source=f"messages[{i}]"))
     return tuple(out)
 
 

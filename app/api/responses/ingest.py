@@ -35,6 +35,7 @@ from app.core.conversation import (
 )
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
+from app.core.media import check_image_url
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
@@ -92,6 +93,7 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
             if not part.image_url:
                 raise InvalidRequest("input_image needs image_url (file_id is not supported).",
                                      param=f"{where}.content[{j}]")
+            check_image_url(part.image_url, f"{where}.content[{j}]")  # data: URLs only (app.core.media)
             parts.append(ImagePart(part.image_url, part.detail))
         elif isinstance(part, wire.Refusal):
             parts.append(TextPart(part.refusal))

@@ -22,8 +22,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.conversation import Conversation, FunctionTool, ToolCall
+from app.core.conversation import Conversation, FunctionTool, ImagePart, Message, ToolCall, part_param
 from app.core.errors import InvalidRequest
+from app.core.media import has_image_marks, image_payload, image_segment
 from app.formats.content import text_only
 from app.formats.template.env import RenderCaps, render_raw
 
@@ -41,6 +42,7 @@ class _Slots:
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.images: dict[int, str] = {}  # slot number → image segment (app.core.media)
 
     def __call__(self, text: str) -> str:
         if not text:
@@ -48,11 +50,22 @@ class _Slots:
         self.texts.append(text)
         return f"{_OPEN}{len(self.texts) - 1}{_CLOSE}"
 
+    def image(self, text: str) -> str:
+        """A placeholder that stands for an image (``text``: its :func:`image_segment`)."""
+        self.texts.append(text)
+        self.images[len(self.texts) - 1] = text
+        return f"{_OPEN}{len(self.texts) - 1}{_CLOSE}"
+
     def json_hook(self, rendered: str) -> str:
         """``tojson`` output: placeholders inside JSON strings get JSON-escaped texts."""
-        return _PLACEHOLDER.sub(
-            lambda mt: self(json.dumps(self.texts[int(mt.group(1))], ensure_ascii=False)[1:-1]),
-            rendered)
+        def escaped(mt: re.Match[str]) -> str:
+            if int(mt.group(1)) in self.images:
+                raise InvalidRequest("This model's chat template writes message content as JSON, "
+                                     "so an image cannot be placed in it.", param="messages",
+                                     code="unsupported_content_type")
+            return self(json.dumps(self.texts[int(mt.group(1))], ensure_ascii=False)[1:-1])
+
+        return _PLACEHOLDER.sub(escaped, rendered)
 
     def value(self, v: Any) -> Any:
         """A JSON value with every string (and every unusual key) made a placeholder."""
@@ -93,6 +106,24 @@ def _arguments(call: ToolCall, where: str) -> dict[str, Any]:
     return args
 
 
+def _content(msg: Message, index: int, slot: Any) -> Any:
+    """A message's content as one string; a user message's images stand where they were,
+    as image placeholders (``slot.image``), the way llama.cpp's own chat endpoint puts its
+    media marker into the text.  Without image placeholders (or in another role) images
+    are refused naming the part."""
+    if not any(isinstance(p, ImagePart) for p in msg.content):
+        return slot(msg.text)
+    if msg.role != "user" or not hasattr(slot, "image"):
+        text_only(msg, index, "This model's chat template")
+    pieces: list[str] = []
+    for j, part in enumerate(msg.content):
+        if isinstance(part, ImagePart):
+            pieces.append(slot.image(image_segment(part_param(msg, index, j), image_payload(part.url))))
+        else:
+            pieces.append(slot(part.text))
+    return "".join(pieces)
+
+
 def template_messages(conv: Conversation, slot: Any = lambda s: s, value: Any = lambda v: v,
                       caps: RenderCaps | None = None) -> list[dict[str, Any]]:
     """The conversation as the dicts HF templates expect (``slot`` wraps client strings).
@@ -105,9 +136,8 @@ def template_messages(conv: Conversation, slot: Any = lambda s: s, value: Any = 
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(conv.messages):
-        text_only(msg, i, "This model's chat template")
         role = "system" if msg.role == "developer" else msg.role
-        d: dict[str, Any] = {"role": role, "content": slot(msg.text)}
+        d: dict[str, Any] = {"role": role, "content": _content(msg, i, slot)}
         if msg.name:
             d["name"] = msg.name
         if msg.reasoning is not None and role == "assistant":
@@ -166,11 +196,21 @@ def render_segments(source: str, conv: Conversation, *, bos_token: str = "",
     for match in _PLACEHOLDER.finditer(rendered):
         if match.start() > pos:
             segments.append((rendered[pos:match.start()], True))
-        segments.append((slots.texts[int(match.group(1))], False))
+        number = int(match.group(1))
+        image = slots.images.get(number)
+        if image is not None and match.group(0)[0] != _OPEN:
+            raise InvalidRequest("The model's chat template transformed an image in a way that cannot "
+                                 "be kept in place.", param="messages")
+        # an image is a trusted segment of its own (made only here); client text is untrusted
+        segments.append((image, True) if image is not None else (slots.texts[number], False))
         pos = match.end()
     if pos < len(rendered):
         segments.append((rendered[pos:], True))
+    images = set(slots.images.values())
     for text, trusted in segments:
+        if trusted and text not in images and has_image_marks(text):
+            raise InvalidRequest("The model's chat template produced text that looks like an image.",
+                                 param="messages")
         if trusted and (_OPEN in text or _CLOSE in text):
             # a template sliced or transformed a placeholder: refuse rather than leak
             raise InvalidRequest("The model's chat template transformed client text in a way that "

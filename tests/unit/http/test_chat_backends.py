@@ -169,13 +169,14 @@ async def test_both_backends_give_identical_output(turn: str) -> None:
     assert _fold(ollama["chat_stream"]) == _fold(openai["chat_stream"])
 
 
-async def test_url_image_is_refused_by_ollama_with_the_param() -> None:
+async def test_url_image_is_refused_at_ingest_naming_the_part() -> None:
     fake = FakeChat(TURNS["text"][0], "ollama")
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
     async with gateway(fake.transport(), _cfg("ollama")) as c:
         r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}]})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "image_url"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[1]"
+    assert r.json()["error"]["code"] == "invalid_image_url"  # the gateway fetches no address
     assert fake.requests == []  # refused before anything went upstream
 
 

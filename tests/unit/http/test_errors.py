@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.cli.conformance.responses import HEART_PNG
 from tests.support.gateway import MODEL, config, gateway
 from tests.support.wire import Replay
 
@@ -49,8 +50,11 @@ async def _post_raw(content: bytes | None = None, json: Any = None) -> tuple[int
         {"type": "function", "function": {"name": "bad name<|end|>"}}]}, 400, "invalid_function_name",
      "tools[0].function.name"),
     ({"model": MODEL, "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400,
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{HEART_PNG}"}}]}]}, 400,
      "unsupported_content_type", "messages[0].content[0]"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400,
+     "invalid_image", "messages[0].content[0]"),
     ({"model": MODEL, "messages": [{"role": "tool", "content": "x", "tool_call_id": "call_1"}]}, 400,
      "invalid_request", "messages[0].tool_call_id"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_value", None),

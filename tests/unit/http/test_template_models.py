@@ -8,6 +8,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from app.cli.conformance.responses import HEART_PNG
 from app.engine.registry import builtin_template
 from tests.support.fake_template_llamacpp import MARKERS, FakeTemplateLlamaCpp
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
@@ -72,10 +73,11 @@ async def test_streaming_length_and_json_schema() -> None:
 
 
 async def test_images_are_refused_naming_the_message() -> None:
+    """The server's /props reports no vision (tests/unit/http/test_vision.py: one that can)."""
     fake = FakeTemplateLlamaCpp(["x"])
     r = await _chat(fake, {"messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{HEART_PNG}"}}]}]})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "messages[0].content[1]"
     assert r.json()["error"]["code"] == "unsupported_content_type"

@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from app.api.chat.ingest import ingest_chat
+from app.cli.conformance.responses import HEART_PNG
 from app.core.conversation import ImagePart, TextPart, ToolCall, ToolChoice
 from app.core.errors import InvalidRequest
 from schemas.chat import ChatCompletionRequest
+
+IMAGE = f"data:image/png;base64,{HEART_PNG}"
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "d",
                                          "parameters": {"type": "object"}}}
@@ -24,7 +27,7 @@ def test_history_with_tool_calls_reasoning_and_parts() -> None:
     got = _ingest(messages=[
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
         {"role": "user", "content": [{"type": "text", "text": "Look:"},
-                                     {"type": "image_url", "image_url": {"url": "http://x/i.png"}}]},
+                                     {"type": "image_url", "image_url": {"url": IMAGE}}]},
         {"role": "assistant", "content": None, "reasoning_content": "think",
          "tool_calls": [{"id": "call_1", "type": "function",
                          "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
@@ -34,7 +37,7 @@ def test_history_with_tool_calls_reasoning_and_parts() -> None:
     msgs = got.conversation.messages
     assert [m.role for m in msgs] == ["system", "user", "assistant", "tool", "assistant"]
     assert msgs[0].content == (TextPart("Be brief."),)
-    assert msgs[1].content == (TextPart("Look:"), ImagePart("http://x/i.png"))
+    assert msgs[1].content == (TextPart("Look:"), ImagePart(IMAGE))
     assert msgs[2].tool_calls == (ToolCall("call_1", "get_weather", '{"city":"Paris"}'),)
     assert msgs[2].reasoning == "think" and msgs[4].reasoning == "alias field"
     assert msgs[3].tool_call_id == "call_1" and msgs[3].text == "sunny"

@@ -87,7 +87,7 @@ def test_template_errors_and_raise_exception_are_invalid_requests() -> None:
         render_segments("{{ messages }}", _conv(Message("assistant", tool_calls=(
             ToolCall("x", "f", "[1]"),))))
     with pytest.raises(InvalidRequest, match="text only"):
-        render_segments("", _conv(Message("user", (ImagePart("http://x"),))))
+        render_segments("", _conv(Message("assistant", (ImagePart("data:image/png;base64,AAAA"),))))
 
 
 def test_environment_helpers() -> None:
