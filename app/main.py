@@ -16,6 +16,8 @@ from adapters.aiohttp_transport import AiohttpTransport
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
 from app.api.completions import routes as completions_routes
+from app.api.conversations import routes as conversations_routes
+from app.api.conversations.store import ConversationStore
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
@@ -54,8 +56,10 @@ def create_app(config: GatewayConfig | None = None,
         app.state.metrics.watch_admission(admission)
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
+        conversations = await ConversationStore.open(cfg.store.path)  # same file, own tables
         app.state.engine = engine = Engine(registry)
-        app.state.responses = ResponsesService(engine, store)
+        app.state.responses = ResponsesService(engine, store, conversations)
+        app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
             yield
@@ -63,13 +67,15 @@ def create_app(config: GatewayConfig | None = None,
             heartbeat.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await store.close()
+            await conversations.close()
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, redoc_url=None,
                   docs_url="/docs" if cfg.http.docs else None)
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
-               completions_routes.router, responses_websocket.router]
+               completions_routes.router, responses_websocket.router,
+               conversations_routes.router]
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,

@@ -194,8 +194,16 @@ class StreamOptions(_Wire):
     include_obfuscation: bool | None = None
 
 
+class ConversationParam(_Wire):
+    """``conversation`` in its object form: ``{"id": "conv_..."}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+
+
 class CreateResponseBody(_Wire):
-    # A field this gateway does not implement (``conversation``, ``prompt``, ...) is refused
+    # A field this gateway does not implement (``prompt``, ...) is refused
     # by name, never silently ignored.
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -203,6 +211,7 @@ class CreateResponseBody(_Wire):
     input: str | list[InputItem] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | ConversationParam | None = None  # app/api/conversations
     tools: list[FunctionToolParam] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceParam | None = None
     parallel_tool_calls: bool | None = None
@@ -237,6 +246,7 @@ class InputTokensBody(_Wire):
     input: str | list[InputItem] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | ConversationParam | None = None
     tools: list[FunctionToolParam] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceParam | None = None
     parallel_tool_calls: bool | None = None

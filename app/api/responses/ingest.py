@@ -51,14 +51,21 @@ def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[di
         items = [wire.UserMessage(role="user", content=[wire.InputText(type="input_text", text=body.input)])]
     else:
         items = list(body.input)
-    if not items and body.previous_response_id is None:
+    if not items and body.previous_response_id is None and getattr(body, "conversation", None) is None:
         raise InvalidRequest("input must hold at least one item (or continue a response with "
-                             "previous_response_id).", param="input", code="missing_required_parameter")
+                             "previous_response_id or conversation).", param="input",
+                             code="missing_required_parameter")
+    return stored_items(items, "input")
+
+
+def stored_items(items: list[Any], param: str) -> list[dict[str, Any]]:
+    """Validated input items (``param[i]``) in wire form, as stores keep them: ids filled in,
+    string content made a list of parts."""
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if isinstance(item, wire.ItemReference):
             raise InvalidRequest("item_reference inputs are not supported; send the item itself or "
-                                 "use previous_response_id.", param=f"input[{i}]")
+                                 "use previous_response_id.", param=f"{param}[{i}]")
         data = item.model_dump(by_alias=True, exclude_none=True)
         data.setdefault("type", "message")
         if not data.get("id"):

@@ -14,6 +14,8 @@ import contextlib
 import time
 from typing import Any
 
+from app.api.conversations.service import ConversationsService
+from app.api.conversations.store import ConversationStore
 from app.api.responses import compact
 from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
@@ -27,10 +29,11 @@ from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.replay import Replay, ReplayReader
-from app.engine.run import Mode, Run
+from app.engine.run import Mode, Run, RunHooks
 from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, TextFormatJSONSchema
 
 Json = dict[str, Any]
+CONVERSATION = "conversation"  # the label of context items that come from a conversation
 
 
 def _not_found(response_id: str, param: str = "response_id") -> NotFound:
@@ -107,12 +110,14 @@ class ResponsesService:
     """Open Responses on the run engine: context from ``previous_response_id``, the
     resource, storage, and the in-flight runs of this API (retrieve, cancel)."""
 
-    def __init__(self, engine: Engine, store: ResponseStore) -> None:
+    def __init__(self, engine: Engine, store: ResponseStore,
+                 conversations: ConversationStore | None = None) -> None:
         self.engine = engine
         self.registry = engine.registry
         self.store = store
         settings = self.registry.config.responses
         self.sealer = Sealer.from_config(settings.encryption_key, settings.previous_encryption_keys)
+        self.conversations = ConversationsService(conversations, self.sealer) if conversations else None
 
     async def heartbeat(self) -> None:
         """Run for the life of the process: mark this process's stored runs as alive."""
@@ -142,7 +147,24 @@ class ResponsesService:
             return None
         return run
 
+    def _conversation_id(self, body: CreateResponseBody | CompactBody) -> str | None:
+        """The ``conversation`` of the request (``"conv_..."`` or ``{"id": ...}``), if any."""
+        ref = getattr(body, "conversation", None)  # CompactBody has none
+        if ref is None:
+            return None
+        if body.previous_response_id:
+            raise InvalidRequest("Mutually exclusive parameters: send either previous_response_id "
+                                 "or conversation, not both.", param="conversation",
+                                 code="mutually_exclusive_parameters")
+        if self.conversations is None:
+            raise InvalidRequest("This gateway has no conversation store.", param="conversation")
+        return ref if isinstance(ref, str) else ref.id
+
     async def _previous(self, body: CreateResponseBody | CompactBody, who: Principal) -> list[Json]:
+        conversation = self._conversation_id(body)
+        if conversation is not None:
+            assert self.conversations is not None
+            return await self.conversations.context(conversation, who)
         if not body.previous_response_id:
             return []
         prev = await self._stored(body.previous_response_id, who, "previous_response_id")
@@ -155,8 +177,13 @@ class ResponsesService:
         previous = await self._previous(body, who)
         new = new_input_items(body)
         if has_files(new):
-            return await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
-        return resolve(previous, new, self.sealer, who.tenant)
+            resolved = await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
+        else:
+            resolved = resolve(previous, new, self.sealer, who.tenant)
+        if self._conversation_id(body) is None:
+            return resolved
+        return Resolved(resolved.items, [CONVERSATION if label == "previous_response_id" else label
+                                         for label in resolved.labels])
 
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
                      dialect: EventDialect = OPEN_RESPONSES) -> Run:
@@ -168,6 +195,7 @@ class ResponsesService:
         conv = build_conversation(body, context, labels=resolved.labels)
         response_id = random_id("resp_")
         tenant = who.tenant
+        conversation = self._conversation_id(body)
         seal = ((lambda text: seal_reasoning(self.sealer, tenant, text))
                 if INCLUDE in (body.include or []) else None)
 
@@ -175,13 +203,19 @@ class ResponsesService:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
             if plan.dropped_messages:
                 resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
+            if conversation is not None:
+                resource["conversation"] = {"id": conversation}
             return ResponsesEncoder(resource, dialect, seal)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
+        hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None
+        if conversation is not None and self.conversations is not None:  # its new items, then the output
+            new = [item for item, label in zip(context, resolved.labels, strict=True)
+                   if label != CONVERSATION]
+            hooks = self.conversations.hooks(conversation, who, new, hooks)
         return await self.engine.start(
             RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
-            encoder, run_id=response_id, mode=mode, owner=who,
-            hooks=StoreHooks(self.store, context, who.tenant) if body.store else None)
+            encoder, run_id=response_id, mode=mode, owner=who, hooks=hooks)
 
     async def count(self, body: InputTokensBody, who: Principal = ANONYMOUS) -> TokenCount:
         """The input tokens a create with these fields would send (:mod:`.count`)."""

@@ -345,7 +345,7 @@ async def test_both_apis_refuse_the_same_names_and_ids_alike(chat: dict[str, Any
     assert replay.requests == []
 
 
-@pytest.mark.parametrize("field", [{"conversation": "conv_123"}, {"prompt": {"id": "pmpt_1"}},
+@pytest.mark.parametrize("field", [{"prompt": {"id": "pmpt_1"}},
                                    {"no_such_thing": 1}])
 async def test_fields_the_gateway_does_not_implement_are_refused_by_name(field: dict[str, Any]) -> None:
     replay = Replay("03a_completion_tokenids_stream")
