@@ -7,6 +7,8 @@ body is read here, once, and replayed to the app).
 Token usage is charged when a request finishes (from the pipeline's request stats).
 When the gateway is at capacity (every admission slot and the whole queue taken) a
 generation request is refused with 503 before its body is even read.
+On a WebSocket (Responses' WebSocket mode) each message is a request under the same per-key
+limits: the socket's session checks them through :class:`TurnLimits` (``scope["state"]["limits"]``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.config import ApiKey, LimitSettings
-from app.core.errors import Overloaded, error_body
+from app.core.errors import GatewayError, Overloaded, error_body
 from app.engine.admission import Admission
 from app.http.responses import JSONResponse, error_response
 
@@ -73,7 +75,27 @@ class LimitsMiddleware:
         await JSONResponse(error_body(message, type_, code), status_code=status,
                            headers=headers)(scope, receive, send)
 
+    def _usage(self, scope: Scope) -> tuple[_Usage, float]:
+        key: ApiKey | None = scope.get("state", {}).get("api_key")
+        usage = self.usage[f"key:{key.name}" if key else f"addr:{(scope.get('client') or ('?',))[0]}"]
+        now = time.monotonic()
+        usage.prune(now)
+        return usage, now
+
+    def _refusal(self, scope: Scope, usage: _Usage, now: float) -> RateLimited | None:
+        rpm, tpm, concurrent = self._limits(scope.get("state", {}).get("api_key"))
+        if rpm is not None and len(usage.requests) >= rpm:
+            return RateLimited(f"Rate limit: {rpm} requests per minute.", usage.requests[0] + WINDOW - now)
+        if tpm is not None and usage.token_total >= tpm:
+            return RateLimited(f"Rate limit: {tpm} tokens per minute.", usage.tokens[0][0] + WINDOW - now)
+        if concurrent is not None and usage.in_flight >= concurrent:
+            return RateLimited(f"Too many concurrent requests (limit {concurrent}).", 1.0,
+                               code="concurrency_limit_exceeded")
+        return None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] in GENERATION_PATHS:
+            scope.setdefault("state", {})["limits"] = TurnLimits(self, scope)  # checked per message
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -106,24 +128,11 @@ class LimitsMiddleware:
         if not generation:
             await self.app(scope, receive, send)
             return
-        key: ApiKey | None = scope.get("state", {}).get("api_key")
-        who = f"key:{key.name}" if key else f"addr:{(scope.get('client') or ('?',))[0]}"
-        rpm, tpm, concurrent = self._limits(key)
-        usage = self.usage[who]
-        now = time.monotonic()
-        usage.prune(now)
-        if rpm is not None and len(usage.requests) >= rpm:
-            await self._reject(scope, receive, send, 429, f"Rate limit: {rpm} requests per minute.",
-                               "rate_limit_exceeded", usage.requests[0] + WINDOW - now)
-            return
-        if tpm is not None and usage.token_total >= tpm:
-            await self._reject(scope, receive, send, 429, f"Rate limit: {tpm} tokens per minute.",
-                               "rate_limit_exceeded", usage.tokens[0][0] + WINDOW - now)
-            return
-        if concurrent is not None and usage.in_flight >= concurrent:
-            await self._reject(scope, receive, send, 429,
-                               f"Too many concurrent requests (limit {concurrent}).",
-                               "concurrency_limit_exceeded", 1.0)
+        usage, now = self._usage(scope)
+        refused = self._refusal(scope, usage, now)
+        if refused is not None:
+            await self._reject(scope, receive, send, 429, refused.message, str(refused.code),
+                               refused.retry_after)
             return
         usage.requests.append(now)
         usage.in_flight += 1
@@ -134,6 +143,39 @@ class LimitsMiddleware:
             stats = metrics.current()
             if stats is not None and stats.tokens:
                 usage.add_tokens(time.monotonic(), stats.tokens)
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after: float, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class TurnLimits:
+    """The same per-key limits for the messages of one WebSocket (each ``response.create`` is a
+    request): :meth:`admit` before a turn (raises :class:`RateLimited`), :meth:`done` after."""
+
+    def __init__(self, limits: LimitsMiddleware, scope: Scope) -> None:
+        self._limits = limits
+        self._scope = scope
+
+    def admit(self) -> None:
+        usage, now = self._limits._usage(self._scope)
+        refused = self._limits._refusal(self._scope, usage, now)
+        if refused is not None:
+            raise refused
+        usage.requests.append(now)
+        usage.in_flight += 1
+
+    def done(self, tokens: int) -> None:
+        usage, now = self._limits._usage(self._scope)
+        usage.in_flight -= 1
+        if tokens:
+            usage.add_tokens(now, tokens)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

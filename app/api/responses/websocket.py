@@ -22,7 +22,9 @@ WebSocket mode (the public compliance suite tests it):
 * Closing the socket cancels the response in flight (its upstream request is closed) and drops
   the waiting messages.
 
-Authentication is the auth middleware's: a bad key gets a 401 instead of the upgrade.
+Authentication is the auth middleware's: a bad key gets a 401 instead of the upgrade.  The
+key's rate limits (:mod:`app.http.limits`) count every ``response.create`` as a request: over
+them, the message is answered by a 429 error event.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ from app.api.responses.service import ResponsesService
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import Principal
 from app.core.errors import GatewayError, InvalidRequest, error_fields
+from app.engine.run import Run
 from app.http.auth import check_model, principal
 from app.http.body import BodyRejected, parse_json
 from app.http.errors import _validation_message
+from app.http.limits import TurnLimits
 from schemas.responses import CreateResponseBody
 
 Json = dict[str, Any]
@@ -136,6 +140,8 @@ class Session:
         self.dialect = choose(config.responses.event_dialect, ws.headers)
         self.limit = config.limits.max_body_bytes
         self.inbox: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
+        limits = ws.scope.get("state", {}).get("limits")
+        self.limits = limits if isinstance(limits, TurnLimits) else None
 
     async def serve(self) -> None:
         await self.ws.accept()
@@ -176,29 +182,30 @@ class Session:
 
     async def _turn(self, message: Message) -> None:
         previous: str | None = None
-        try:
-            raw = message.get("text")
-            if raw is None:
-                raise InvalidRequest("Binary messages are not accepted: send response.create as text.",
-                                     code="invalid_json")
-            body = parse_create(raw, self.limit)
-            previous = body.previous_response_id
-            check_model(self.ws, body.model)
-            run = await self.service.create(body, self.who, self.dialect)
-        except GatewayError as exc:
-            self.store.forget(previous)  # a failed continuation evicts what it continued
-            await self._send(error_event(exc))
-            return
+        admitted = False
         final: Json | None = None
-        frames = run.frames().batched()
-        try:  # leaving early (socket closed: this task is cancelled) cancels the run
-            async for batch in frames:
-                for payload in batch:
-                    if payload.get("type") in TERMINAL and isinstance(payload.get("response"), dict):
-                        final = payload["response"]
-                    await self._send(payload)
+        try:
+            try:
+                raw = message.get("text")
+                if raw is None:
+                    raise InvalidRequest("Binary messages are not accepted: send response.create as "
+                                         "text.", code="invalid_json")
+                body = parse_create(raw, self.limit)
+                previous = body.previous_response_id
+                check_model(self.ws, body.model)
+                if self.limits is not None:  # the key's rate limits: every message is a request
+                    self.limits.admit()
+                    admitted = True
+                run = await self.service.create(body, self.who, self.dialect)
+            except GatewayError as exc:
+                self.store.forget(previous)  # a failed continuation evicts what it continued
+                await self._send(error_event(exc))
+                return
+            final = await self._stream(run)
         finally:
-            await frames.aclose()
+            if admitted and self.limits is not None:
+                usage = (final or {}).get("usage") or {}
+                self.limits.done(int(usage.get("total_tokens") or 0))
         if final is None or final.get("status") not in CONTINUABLE:
             self.store.forget(previous)
         elif body.store:  # continued from the shared store from now on
@@ -210,6 +217,21 @@ class Session:
                 self.store.forget(previous)
                 return
             self.store.remember(self.who.tenant, StoredResponse(final, context))
+
+    async def _stream(self, run: Run) -> Json | None:
+        """Send the run's events; its final response.  Leaving early (the socket closed: this
+        task is cancelled) cancels the run, which closes its upstream request."""
+        final: Json | None = None
+        frames = run.frames().batched()
+        try:
+            async for batch in frames:
+                for payload in batch:
+                    if payload.get("type") in TERMINAL and isinstance(payload.get("response"), dict):
+                        final = payload["response"]
+                    await self._send(payload)
+        finally:
+            await frames.aclose()
+        return final
 
     async def _context(self, body: CreateResponseBody) -> list[Json]:
         """What the response saw (previous context + its resolved input), as a stored

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
@@ -259,3 +259,34 @@ async def test_an_idle_socket_outlives_the_request_head_deadline(monkeypatch: py
         await asyncio.sleep(0.6)
         await ws.send(create(input="Still there?"))
         assert (await turn(ws))[1] is None
+
+
+async def test_every_message_counts_against_the_rate_limit() -> None:
+    cfg = config()
+    cfg.limits.requests_per_minute = 2
+    async with served(FakeLlamaCpp(TEXT).transport(), cfg) as host, \
+            connect(f"ws://{host}/v1/responses") as ws:
+        for _ in range(2):
+            await ws.send(create(input="hi"))
+            assert (await turn(ws))[1] is None
+        await ws.send(create(input="one too many"))
+        _, error = await turn(ws)
+        assert error is not None and error["status"] == 429
+        assert (error["error"]["type"], error["error"]["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+        async with httpx.AsyncClient(base_url=f"http://{host}") as http:  # the same budget as HTTP
+            r = await http.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+            assert r.status_code == 429
+
+
+async def test_shutdown_closes_sockets_as_a_service_restart_and_cancels_their_responses() -> None:
+    upstream = EndlessUpstream()
+    closed: list[int | None] = []
+    async with served(endless_transport(upstream)) as host:
+        ws = await connect(f"ws://{host}/v1/responses")
+        await ws.send(create(input="Talk forever."))
+        await asyncio.wait_for(upstream.five_sent.wait(), 10)
+    with pytest.raises(ConnectionClosed):  # the server has stopped (within the test's timeout)
+        while True:
+            await asyncio.wait_for(ws.recv(), 5)
+    closed.append(ws.close_code)
+    assert closed == [1012] and upstream.closed_at is not None
