@@ -15,6 +15,7 @@ from app.formats.harmony.vocab import harmony_encoding
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, gateway
 from tests.support.openresponses import validate_error_body, validate_response
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 
 ANSWER = "<|channel|>final<|message|>Your name is Ada.<|return|>"
 THINK = ("<|channel|>analysis<|message|>The user asked for a name.<|end|>"
@@ -199,3 +200,35 @@ async def test_input_tokens_counts_the_conversation() -> None:
         without = await c.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "hi"})
     assert with_conv.status_code == 200, with_conv.text
     assert with_conv.json()["input_tokens"] >= without.json()["input_tokens"] + 200
+
+
+async def test_background_unstored_and_cancelled_responses() -> None:
+    async with gateway(FakeLlamaCpp(ANSWER).transport()) as c:
+        conv = (await c.post("/v1/conversations", json={})).json()["id"]
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": conv,
+                                                "background": True})
+        assert r.status_code == 200 and r.json()["conversation"] == {"id": conv}
+        for _ in range(100):
+            if (await c.get(f"/v1/responses/{r.json()['id']}")).json()["status"] == "completed":
+                break
+            await asyncio.sleep(0.02)
+        assert len((await c.get(f"/v1/conversations/{conv}/items")).json()["data"]) == 2
+        # store: false: the response is not kept, the conversation still is extended
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "again", "conversation": conv,
+                                                "store": False})
+        assert r.status_code == 200 and (await c.get(f"/v1/responses/{r.json()['id']}")).status_code == 404
+        assert len((await c.get(f"/v1/conversations/{conv}/items")).json()["data"]) == 4
+        # an item that cannot open a conversation's context is reported as the conversation's
+        await c.post(f"/v1/conversations/{conv}/items", json={"items": [
+            {"type": "function_call_output", "call_id": "call_orphan", "output": "x"}]})
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": conv})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "conversation.call_id"
+    upstream = EndlessUpstream()
+    async with gateway(endless_transport(upstream)) as c:
+        conv = (await c.post("/v1/conversations", json={})).json()["id"]
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": conv,
+                                                "background": True})
+        await upstream.five_sent.wait()
+        cancelled = await c.post(f"/v1/responses/{r.json()['id']}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        assert (await c.get(f"/v1/conversations/{conv}/items")).json()["data"] == []
