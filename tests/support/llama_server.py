@@ -11,9 +11,11 @@ from tests.support.process import free_port, healthy_process
 
 
 @contextmanager
-def llama_server(model: Path, *, n_ctx: int = 4096) -> Iterator[str]:
-    """Serve ``model``; yields the base URL, stops the server on exit."""
+def llama_server(model: Path, *, n_ctx: int = 4096, mmproj: Path | None = None) -> Iterator[str]:
+    """Serve ``model`` (with a multimodal projector: ``--mmproj``); yields the base URL,
+    stops the server on exit."""
     port = free_port()
-    cmd = [sys.executable, "-m", "tests.support.xllama_main", str(model), str(port), str(n_ctx)]
+    cmd = [sys.executable, "-m", "tests.support.xllama_main", str(model), str(port), str(n_ctx),
+           *([str(mmproj)] if mmproj is not None else [])]
     with healthy_process(cmd, f"http://127.0.0.1:{port}") as running:
         yield running.url

