@@ -54,7 +54,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.integration.conftest import run_gateway, write_config
@@ -118,8 +118,10 @@ def _responses(messages: list[ModelMessage]) -> list[ModelResponse]:
 # --- pydantic-ai ---------------------------------------------------------------------------------
 
 
-def _pydantic_agent(client: AsyncOpenAI, model: str) -> Agent[None, str]:
-    return Agent(OpenAIResponsesModel(model, provider=OpenAIProvider(openai_client=client)))
+def _pydantic_agent(client: AsyncOpenAI, model: str,
+                    settings: OpenAIResponsesModelSettings | None = None) -> Agent[None, str]:
+    return Agent(OpenAIResponsesModel(model, provider=OpenAIProvider(openai_client=client)),
+                 model_settings=settings)
 
 
 async def _pydantic_streamed_turn(agent: Agent[None, str], prompt: str,
@@ -165,6 +167,32 @@ async def test_pydantic_ai_streams_thinking_and_replays_it(gateway_url: str, sdk
     stored = _stored_input(gateway_url, second.provider_response_id)
     assert [(i["type"], i.get("role")) for i in stored] == [
         ("message", "user"), ("reasoning", None), ("message", "assistant"), ("message", "user")]
+    assert stored[1]["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
+
+
+@pytest.mark.parametrize("state", ["previous_response_id", "conversation"])
+async def test_pydantic_ai_server_side_state(gateway_url: str, sdk_client: AsyncOpenAI, recorder: Recorder,
+                                             state: str) -> None:
+    """``openai_previous_response_id='auto'`` / ``openai_conversation_id``: only the new turn is sent."""
+    if state == "conversation":
+        settings = OpenAIResponsesModelSettings(
+            openai_conversation_id=(await sdk_client.conversations.create()).id)
+    else:
+        settings = OpenAIResponsesModelSettings(openai_previous_response_id="auto")
+    agent = _pydantic_agent(sdk_client, "scripted-reasoning", settings)
+    _, messages, _ = await _pydantic_streamed_turn(agent, "hi")
+    output, messages, _ = await _pydantic_streamed_turn(agent, "again", messages)
+    assert output == ANSWER
+    first, second = recorder.bodies()
+    assert second["input"] == [{"role": "user", "content": "again"}]
+    if state == "conversation":
+        assert second["conversation"] == first["conversation"]
+    else:
+        assert second["previous_response_id"] == _responses(messages)[0].provider_response_id
+    second_id = _responses(messages)[-1].provider_response_id
+    assert second_id is not None
+    stored = _stored_input(gateway_url, second_id)  # the gateway supplied the first turn, reasoning too
+    assert [i["type"] for i in stored] == ["message", "reasoning", "message", "message"]
     assert stored[1]["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
 
 
