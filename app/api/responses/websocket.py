@@ -32,13 +32,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from typing import Any
 
 import orjson
 from fastapi import APIRouter
 from pydantic import ValidationError
 from starlette.types import Message
-from starlette.websockets import WebSocket, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app.api.responses.dialect import choose
 from app.api.responses.ingest import new_input_items
@@ -56,6 +57,7 @@ from schemas.responses import CreateResponseBody
 
 Json = dict[str, Any]
 router = APIRouter()
+log = logging.getLogger("ocm_gateway")
 
 MAX_PENDING = 16  # response.create messages waiting behind the one in flight
 HTTP_ONLY = ("stream", "stream_options", "background")  # x-openresponses-disallowed
@@ -148,7 +150,10 @@ class Session:
         loop = asyncio.get_running_loop()
         reader, worker = loop.create_task(self._read()), loop.create_task(self._work())
         try:
-            await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+            failure = next((t.exception() for t in done if not t.cancelled()), None)
+            if failure is not None and not isinstance(failure, WebSocketDisconnect | OSError):
+                log.error("WebSocket session failed", exc_info=failure)
         finally:  # closed by the client (reader) or a failed send (worker): cancel what is left
             for task in (reader, worker):
                 task.cancel()
