@@ -196,6 +196,25 @@ async def test_pydantic_ai_server_side_state(gateway_url: str, sdk_client: Async
     assert stored[1]["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
 
 
+async def test_pydantic_ai_over_the_websocket_mode(gateway_url: str) -> None:
+    """``openai_transport='websocket'``: both turns on one socket (GET /v1/responses upgraded)."""
+    async with _openai(gateway_url, Recorder(), max_retries=0) as client:
+        model = OpenAIResponsesModel("scripted-reasoning", provider=OpenAIProvider(openai_client=client))
+        agent = Agent(model, model_settings=OpenAIResponsesModelSettings(openai_transport="websocket"))
+        async with model:
+            _, messages, events = await _pydantic_streamed_turn(agent, "hi")
+            output, messages, _ = await _pydantic_streamed_turn(agent, "again", messages)
+    assert output == ANSWER
+    assert any(isinstance(e, PartStartEvent) and isinstance(e.part, ThinkingPart) for e in events)
+    first, second = _responses(messages)
+    assert (first.provider_details or {}).get("transport") == "websocket"
+    thinking = first.parts[0]
+    assert isinstance(thinking, ThinkingPart) and thinking.provider_details == {"raw_content": [THOUGHT]}
+    assert second.provider_response_id is not None
+    stored = _stored_input(gateway_url, second.provider_response_id)
+    assert [i["type"] for i in stored] == ["message", "reasoning", "message", "message"]
+
+
 async def test_pydantic_ai_openresponses_dialect_loses_the_thinking(gateway_url: str) -> None:
     """What the issue measured, forced: the spec's names are unknown to the OpenAI SDK's parser."""
     recorder = Recorder()
