@@ -34,12 +34,14 @@ def _route(scope: Scope) -> str:
                                        "/cancel" if path.endswith("/cancel") else "")
     if path.startswith("/v1/models/"):
         return "/v1/models/{id}"
+    if path.startswith("/v1/conversations/"):
+        return "/v1/conversations/{id}" + ("/items" if "/items" in path else "")
     return path if path in _KNOWN else "other"
 
 
-_KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/health", "/ready",
-                    "/metrics", "/ping", "/invocations", "/v1/completions", "/v1/embeddings",
-                    "/tokenize", "/detokenize"})
+_KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/conversations",
+                    "/health", "/ready", "/metrics", "/ping", "/invocations", "/v1/completions",
+                    "/v1/embeddings", "/tokenize", "/detokenize"})
 
 
 def _key_name(scope: Scope) -> str | None:

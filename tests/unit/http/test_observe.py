@@ -102,3 +102,14 @@ async def test_usage_per_key_in_the_log_and_metrics(caplog: pytest.LogCaptureFix
     assert _value(text, "ocm_key_tokens_total", key="carol", model=MODEL, direction="out") == 11
     assert _value(text, "ocm_key_requests_total", key="carol", status="200") == 1
     assert _value(text, "ocm_key_requests_total", key="-", status="401") == 1
+
+
+def test_route_labels_are_bounded() -> None:
+    """Ids never become label values (one series per route, not per object)."""
+    from app.http.observe import _route
+
+    assert _route({"path": "/v1/conversations/conv_1/items/msg_2"}) == "/v1/conversations/{id}/items"
+    assert _route({"path": "/v1/conversations/conv_1"}) == "/v1/conversations/{id}"
+    assert _route({"path": "/v1/conversations"}) == "/v1/conversations"
+    assert _route({"path": "/v1/responses/resp_1/input_items"}) == "/v1/responses/{id}/input_items"
+    assert _route({"path": "/v1/anything/else"}) == "other"
