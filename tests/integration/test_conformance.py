@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 WEBSOCKET = {"websocket-response", "websocket-sequential-responses", "websocket-continuation",
              "websocket-reconnect-store-false-recovery", "websocket-previous-response-not-found",
              "websocket-failed-continuation-evicts-cache", "websocket-compact-new-chain"}
-# scripted-final: text answers pass (over WebSocket too); a tool is never called; llama.cpp
-# cannot see images.
+# scripted-final: text answers pass (over WebSocket too); a tool is never called; a Harmony
+# model cannot see images (tests/integration/test_vision.py: images on a model that can).
 FINAL_FAILS = {"tool-calling", "tool-calling-streaming", "image-input", "chat-tool-calling-stream"}
 
 

