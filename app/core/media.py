@@ -47,6 +47,11 @@ class CheckedImage:
     base64: str
     size: int
 
+    @property
+    def url(self) -> str:
+        """The image as a canonical data URL: the type its bytes have, no other parameters."""
+        return f"data:{self.mime};base64,{self.base64}"
+
 
 def sniff(data: bytes) -> str | None:
     """The image format of ``data`` from its first bytes, or None."""

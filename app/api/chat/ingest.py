@@ -51,8 +51,8 @@ def _parts(content: str | list[wire.TextContentPart] | list[wire.UserContentPart
         if isinstance(part, wire.TextContentPart):
             parts.append(TextPart(part.text))
         else:  # a data: URL of a real image, or a 400 naming the part (app.core.media)
-            check_image_url(part.image_url.url, f"{where}.content[{j}]")
-            parts.append(ImagePart(part.image_url.url, part.image_url.detail))
+            image = check_image_url(part.image_url.url, f"{where}.content[{j}]")
+            parts.append(ImagePart(image.url, part.image_url.detail))
     return tuple(parts)
 
 

@@ -100,8 +100,8 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
             if not part.image_url:
                 raise InvalidRequest("input_image needs image_url (file_id is not supported).",
                                      param=f"{where}.content[{j}]")
-            check_image_url(part.image_url, f"{where}.content[{j}]")  # data: URLs only (app.core.media)
-            parts.append(ImagePart(part.image_url, part.detail))
+            image = check_image_url(part.image_url, f"{where}.content[{j}]")  # data: URLs only
+            parts.append(ImagePart(image.url, part.detail))
         elif isinstance(part, wire.Refusal):
             parts.append(TextPart(part.refusal))
         else:  # pragma: no cover - resolve.py turns input_file parts into text first

@@ -30,6 +30,8 @@ def _url(data: bytes, mime: str = "image/png", params: str = "") -> str:
 def test_a_png_data_url() -> None:
     image = check_image_url(f"data:image/png;base64,{HEART_PNG}", "p")
     assert (image.mime, image.base64, image.size) == ("image/png", HEART_PNG, 467)
+    assert check_image_url(f"data:image/gif;x=y;base64,{HEART_PNG}", "p").url == (
+        f"data:image/png;base64,{HEART_PNG}")
     assert image_payload(f"data:image/png;base64,{HEART_PNG}") == HEART_PNG
 
 

@@ -124,10 +124,11 @@ async def test_backends_or_formats_without_images_refuse_naming_the_part(cfg: di
 
 @pytest.mark.parametrize("backend", ["ollama", "openai"])
 async def test_chat_backends_pass_the_image_in_their_message_shape(backend: str) -> None:
+    """The data URL goes on canonical: the type its bytes have, no other parameters."""
     fake = FakeChat(Script([("text", "A heart.")]), backend)
     r = await _chat(fake, {"messages": _look({"type": "image_url", "image_url": {
-        "url": IMAGE_URL, "detail": "low"}})}, backend=backend, prompt_format="chat",
-        upstream_model="llava")
+        "url": f"data:image/jpeg;name=heart.png;base64,{HEART_PNG}", "detail": "low"}})},
+        backend=backend, prompt_format="chat", upstream_model="llava")
     assert r.status_code == 200, r.text
     user = fake.requests[0]["messages"][0]
     if backend == "ollama":
