@@ -151,11 +151,18 @@ def test_any_well_formed_stream_passes(items: list[tuple[str, list[str]]], start
     assert check_stream(build(items, start)) == []
 
 
+def _unnumbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events without their numbers and without empty deltas (which carry nothing)."""
+    return [{k: v for k, v in e.items() if k != "sequence_number"} for e in events
+            if e.get("delta", "x") != ""]
+
+
 @settings(max_examples=150, deadline=None)
 @given(streams.filter(lambda items: len(items) > 0), st.data())
 def test_moving_or_dropping_an_event_is_caught(items: list[tuple[str, list[str]]],
                                                data: st.DataObject) -> None:
     events = build(items)
+    original = copy.deepcopy(events)
     # response.in_progress is optional and an empty delta carries nothing: moving or dropping
     # them leaves a valid stream
     movable = [n for n, e in enumerate(events)
@@ -170,5 +177,7 @@ def test_moving_or_dropping_an_event_is_caught(items: list[tuple[str, list[str]]
                 e.get("delta") == moved["delta"] for e in events[min(i, j) - 1:max(i, j) + 1]):
             return  # a delta moved past an equal delta
         events.insert(j, moved)
+        if _unnumbered(events) == _unnumbered(original):
+            return  # past its twin or an empty delta: the same stream
     _renumber(events)
     assert check_stream(events) != []
