@@ -28,7 +28,9 @@ def _param(loc: Sequence[Any]) -> str | None:
     return out or None
 
 
-def _validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
+def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
+    """(message, param, code) for pydantic's errors on a request body (also a WebSocket
+    message's)."""
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
         return ("The request body is not valid JSON: " + str(first.get("ctx", {}).get("error", "")),
@@ -51,7 +53,7 @@ async def _gateway_error(_: Request, exc: Exception) -> Response:
 
 async def _validation_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    message, param, code = _validation_message(exc.errors())
+    message, param, code = validation_message(exc.errors())
     return JSONResponse(error_body(message, "invalid_request_error", code, param),
                         status_code=400)
 

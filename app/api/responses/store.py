@@ -74,6 +74,11 @@ class ResponseStore:
         await db.commit()
         return cls(db)
 
+    @property
+    def connection(self) -> aiosqlite.Connection:
+        """The database connection (a store that layers over this one shares it)."""
+        return self._db
+
     async def close(self) -> None:
         await self._db.close()
 

@@ -51,7 +51,7 @@ from app.core.errors import GatewayError, InvalidRequest, error_fields
 from app.engine.run import Run
 from app.http.auth import check_model, principal
 from app.http.body import BodyRejected, parse_json
-from app.http.errors import _validation_message
+from app.http.errors import validation_message
 from app.http.limits import TurnLimits
 from schemas.responses import CreateResponseBody
 
@@ -70,7 +70,7 @@ class SocketStore(ResponseStore):
     front of it: only :meth:`get` looks at that entry, every write goes to the shared store."""
 
     def __init__(self, shared: ResponseStore) -> None:
-        super().__init__(shared._db)
+        super().__init__(shared.connection)
         self.recent: tuple[str, StoredResponse] | None = None  # (tenant, response)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
@@ -116,7 +116,7 @@ def parse_create(raw: str | bytes, limit: int) -> CreateResponseBody:
     try:
         body = CreateResponseBody.model_validate_json(orjson.dumps(value))
     except ValidationError as exc:
-        message, param, code = _validation_message(exc.errors())
+        message, param, code = validation_message(exc.errors())
         raise InvalidRequest(message, param=param, code=code) from None
     return body.model_copy(update={"stream": True})
 
