@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from tests.support.fake_llamacpp import script_ids
-from tests.support.gateway import MODEL, gateway, sse_payloads
+from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.wire import RecordedBody, load, recorded_response
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 REASONING = "<|channel|>analysis<|message|>Answer in JSON.<|end|><|start|>assistant"
@@ -126,3 +127,48 @@ async def test_without_a_response_format_one_unconstrained_request() -> None:
         r = await c.post("/v1/chat/completions", json=body)
     assert r.json()["choices"][0]["message"]["content"] == "Sure! The answer is one."
     assert len(up.requests) == 1
+
+
+class RecordedVLLM:
+    """vLLM's recorded streams: the first request gets ``04_..._logprobs2`` (whose second event
+    carries ten tokens, the final header's end among them), a request with structured outputs
+    gets ``03_..._usage`` without its first three events (the final header it continues after),
+    usage as vLLM counts the continuation.  Its body is the recording's prose: this test is
+    about where the generation is cut and how it is continued, not the grammar."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(404)
+        body = json.loads(request.content)
+        self.requests.append(body)
+        if "structured_outputs" not in body:
+            return recorded_response(load("04_completions_tokenids_stream_logprobs2", "vllm"))
+        record = load("03_completions_tokenids_stream_usage", "vllm")
+        chunks = [c["text"] for c in record["response"]["chunks"]]
+        events = [json.loads(c.split("data: ", 1)[1]) for c in chunks if c.startswith("data: {")][3:]
+        for event in events:
+            if event.get("usage"):
+                n_out = 8  # "Hello from a scripted tiny model!<|return|>"
+                event["usage"] = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n_out,
+                                  "total_tokens": len(body["prompt"]) + n_out}
+        data = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=RecordedBody(data))
+
+
+async def test_vllm_structured_outputs_continue_after_the_header() -> None:
+    up = RecordedVLLM()
+    cfg = config(backend="vllm", upstream_model="tiny")
+    async with gateway(httpx.MockTransport(up), cfg) as c:
+        r = await c.post("/v1/chat/completions", json=_chat(max_tokens=64))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!"
+    first, second = up.requests
+    assert "structured_outputs" not in first and second["structured_outputs"] == {"json": SCHEMA}
+    header = [200005, 17196, 200008]  # cut inside the recording's ten-token event
+    assert second["prompt"] == first["prompt"] + header and second["max_tokens"] == 64 - 3
+    usage = r.json()["usage"]
+    assert usage["prompt_tokens"] == len(first["prompt"])
+    assert usage["completion_tokens"] == 3 + 8
