@@ -290,3 +290,35 @@ async def test_shutdown_closes_sockets_as_a_service_restart_and_cancels_their_re
             await asyncio.wait_for(ws.recv(), 5)
     closed.append(ws.close_code)
     assert closed == [1012] and upstream.closed_at is not None
+
+
+async def test_a_session_is_one_access_log_line_with_its_key_and_tokens(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="ocm_gateway.access")
+    cfg = GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": [
+        {"name": "team", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}]}})
+    async with served(FakeLlamaCpp(TEXT).transport(), cfg) as host:
+        with pytest.raises(InvalidStatus):
+            async with connect(f"ws://{host}/v1/responses"):
+                pass
+        async with connect(f"ws://{host}/v1/responses", additional_headers={
+                "Authorization": f"Bearer {KEY}", "x-request-id": "ws-trace-1"}) as ws:
+            assert ws.response.headers["x-request-id"] == "ws-trace-1"
+            tokens = 0
+            for _ in range(2):
+                await ws.send(create(input="hi"))
+                events, _ = await turn(ws)
+                usage = final_of(events)["usage"]
+                tokens += usage["input_tokens"] + usage["output_tokens"]
+        for _ in range(100):  # the line is written once the server has closed the session
+            lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ocm_gateway.access"]
+            if any(line["request_id"] == "ws-trace-1" for line in lines):
+                break
+            await asyncio.sleep(0.02)
+    session = next(line for line in lines if line["request_id"] == "ws-trace-1")
+    assert session["method"] == "WEBSOCKET" and session["status"] == 101 and session["key"] == "team"
+    assert session["prompt_tokens"] + session["completion_tokens"] == tokens > 0
+    refused = [line for line in lines if line["method"] == "WEBSOCKET" and line["status"] == 401]
+    assert len(refused) == 1 and refused[0]["key"] is None
