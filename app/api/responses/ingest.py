@@ -145,8 +145,16 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             if item.call_id not in known_calls:
                 raise InvalidRequest(f"No function_call with call_id {item.call_id!r} precedes this output.",
                                      param=f"{at}.call_id")
-            output = item.output if isinstance(item.output, str) else "".join(
-                p.text for p in _parts(item.output, at) if isinstance(p, TextPart))
+            if isinstance(item.output, str):
+                output = item.output
+            else:
+                parts = _parts(item.output, at)
+                if any(not isinstance(p, TextPart) for p in parts):  # never dropped silently
+                    j = next(j for j, p in enumerate(parts) if not isinstance(p, TextPart))
+                    raise InvalidRequest("Images in a function_call_output are not supported; "
+                                         "send them in a user message.",
+                                         param=f"{at}.output[{j}]", code="unsupported_content_type")
+                output = "".join(p.text for p in parts if isinstance(p, TextPart))
             out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id, source=at))
         elif isinstance(item, wire.UserMessage):
             asst.flush(out)

@@ -356,3 +356,16 @@ async def test_fields_the_gateway_does_not_implement_are_refused_by_name(field: 
     (name,) = field
     assert r.json()["error"]["param"] == name and r.json()["error"]["code"] == "unknown_parameter"
     assert replay.requests == []
+
+
+async def test_an_image_in_a_tool_output_is_refused_not_dropped() -> None:
+    png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+           "DwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    async with gateway(FakeLlamaCpp(REASONING).transport()) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": [
+            {"type": "function_call", "call_id": "call_1", "name": "shot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": [
+                {"type": "input_text", "text": "here:"}, {"type": "input_image", "image_url": png}]}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "input[1].output[1]"
+    validate_error_body(r.json())
