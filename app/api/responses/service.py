@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.api.conversations.service import ConversationsService
@@ -186,13 +187,18 @@ class ResponsesService:
                                          for label in resolved.labels])
 
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
-                     dialect: EventDialect = OPEN_RESPONSES) -> Run:
+                     dialect: EventDialect = OPEN_RESPONSES,
+                     seen: Callable[[list[Json]], None] | None = None) -> Run:
+        """Start a response; ``seen`` gets the context it sees (previous context + the resolved
+        input, as a stored response's ``input_items`` holds it)."""
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
         resolved = await self._context(body, who)
         context = resolved.items
         conv = build_conversation(body, context, labels=resolved.labels)
+        if seen is not None:
+            seen(context)
         response_id = random_id("resp_")
         tenant = who.tenant
         conversation = self._conversation_id(body)

@@ -42,8 +42,6 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app.api.responses.dialect import choose
-from app.api.responses.ingest import new_input_items
-from app.api.responses.resolve import has_files, resolve
 from app.api.responses.service import ResponsesService
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import Principal
@@ -189,6 +187,7 @@ class Session:
         previous: str | None = None
         admitted = False
         final: Json | None = None
+        seen: list[list[Json]] = []  # the context the response saw (kept for store: false)
         try:
             try:
                 raw = message.get("text")
@@ -201,7 +200,7 @@ class Session:
                 if self.limits is not None:  # the key's rate limits: every message is a request
                     self.limits.admit()
                     admitted = True
-                run = await self.service.create(body, self.who, self.dialect)
+                run = await self.service.create(body, self.who, self.dialect, seen=seen.append)
             except GatewayError as exc:
                 self.store.forget(previous)  # a failed continuation evicts what it continued
                 await self._send(error_event(exc))
@@ -216,12 +215,7 @@ class Session:
         elif body.store:  # continued from the shared store from now on
             self.store.remember(self.who.tenant, None)
         else:
-            try:
-                context = await self._context(body)
-            except GatewayError:  # not expected: the service resolved the same input
-                self.store.forget(previous)
-                return
-            self.store.remember(self.who.tenant, StoredResponse(final, context))
+            self.store.remember(self.who.tenant, StoredResponse(final, seen[0]))
 
     async def _stream(self, run: Run) -> Json | None:
         """Send the run's events; its final response.  Leaving early (the socket closed: this
@@ -237,20 +231,6 @@ class Session:
         finally:
             await frames.aclose()
         return final
-
-    async def _context(self, body: CreateResponseBody) -> list[Json]:
-        """What the response saw (previous context + its resolved input), as a stored
-        response's ``input_items`` holds it (the service resolved the same while creating)."""
-        items: list[Json] = []
-        if body.previous_response_id:
-            prev = await self.store.get(body.previous_response_id, self.who.tenant)
-            if prev is not None:
-                items = prev.input_items + prev.resource["output"]
-        new = new_input_items(body)
-        sealer, tenant = self.service.sealer, self.who.tenant
-        if has_files(new):
-            return (await asyncio.to_thread(resolve, items, new, sealer, tenant)).items
-        return resolve(items, new, sealer, tenant).items
 
 
 @router.websocket("/v1/responses")
