@@ -123,16 +123,16 @@ class AnswerFormat:
     without reasoning) this only confirms it; where the schema is only in the prompt
     (Harmony), a non-conforming answer ends with an error instead of ``stop``."""
 
-    def __init__(self, schema: dict[str, Any] | None) -> None:
+    def __init__(self, schema: dict[str, Any]) -> None:
         self._schema = schema
         self._text: list[str] = []
 
     def feed(self, event: ev.Event) -> None:
-        if self._schema is not None and isinstance(event, ev.TextDelta):
+        if isinstance(event, ev.TextDelta):
             self._text.append(event.text)
 
     def check(self, event: ev.Event) -> ev.Error | None:
-        if self._schema is None or not isinstance(event, ev.Finished) or event.reason != "stop":
+        if not isinstance(event, ev.Finished) or event.reason != "stop":
             return None  # cut by the budget (incomplete, as OpenAI returns it) or tool calls
         problem = answer_problem("".join(self._text), self._schema)
         if problem is None:

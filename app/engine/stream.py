@@ -48,7 +48,8 @@ class EventStream:
         self._stops = StopSequences(params.stop)
         self._guard = ToolGuard(allowed_tools, strict_tools)
         self._one_call = OneCall(params.parallel_tool_calls)
-        self._answer = AnswerFormat(answer_schema)
+        # only with a strict response format: nothing per text delta otherwise (hot path)
+        self._answer = AnswerFormat(answer_schema) if answer_schema is not None else None
         self._iter = self._run()
         self._model = model
         self._upstream = upstream_seconds  # time spent awaiting the backend so far
@@ -113,24 +114,28 @@ class EventStream:
         raw = self._raw()
         try:
             async for event in raw:
+                answer = self._answer
                 if isinstance(event, ev.TextDelta):
                     for out in self._stops.feed(event):
-                        self._answer.feed(out)
+                        if answer is not None:
+                            answer.feed(out)
                         yield out
                     if self._stops.matched:
                         yield ev.PartDone("text")
                         finished: ev.Event = ev.Finished("stop", self._parser.usage())
-                        finished = self._answer.check(finished) or finished
+                        if answer is not None:
+                            finished = answer.check(finished) or finished
                         self._observe(finished)
                         yield finished
                         return
                     continue
                 if isinstance(event, (ev.PartDone, ev.Finished)):
                     for out in self._stops.flush():
-                        self._answer.feed(out)
+                        if answer is not None:
+                            answer.feed(out)
                         yield out
-                if isinstance(event, ev.Finished):
-                    event = self._answer.check(event) or event
+                if isinstance(event, ev.Finished) and answer is not None:
+                    event = answer.check(event) or event
                 if not self._one_call.keep(event):
                     continue
                 if isinstance(event, ev.ToolCallStarted | ev.ToolCallDone):
