@@ -23,8 +23,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from app.api.responses.sealing import CODE, Sealer
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
@@ -47,9 +45,8 @@ def kept_items(context: list[Json]) -> list[Json]:
 
 
 def compaction_item(kept: list[Json], sealer: Sealer, tenant: str) -> Json:
-    payload = orjson.dumps({"v": 1, "items": kept})
     return {"id": random_id("cmp_"), "type": "compaction",
-            "encrypted_content": sealer.seal(payload, purpose=PURPOSE, tenant=tenant)}
+            "encrypted_content": sealer.seal_field("items", kept, purpose=PURPOSE, tenant=tenant)}
 
 
 def resource(context: list[Json], sealer: Sealer, tenant: str) -> Json:
@@ -66,12 +63,7 @@ def resource(context: list[Json], sealer: Sealer, tenant: str) -> Json:
 
 def open_items(token: object, sealer: Sealer, tenant: str, param: str) -> list[Json]:
     """The transcript sealed in a compaction item (a 400 naming ``param`` if it does not open)."""
-    plain = sealer.open(token, purpose=PURPOSE, tenant=tenant, param=param)
-    try:
-        data = orjson.loads(plain)
-    except orjson.JSONDecodeError:
-        data = None
-    items = data.get("items") if isinstance(data, dict) and data.get("v") == 1 else None
+    items = sealer.open_field(token, "items", purpose=PURPOSE, tenant=tenant, param=param)
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise InvalidRequest(f"{param} does not hold a compacted transcript.", param=param, code=CODE)
     return items

@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from app.api.responses import compact, files
 from app.api.responses.sealing import CODE, Sealer
 from app.core.errors import InvalidRequest
@@ -38,16 +36,11 @@ class Resolved:
 
 
 def seal_reasoning(sealer: Sealer, tenant: str, text: str) -> str:
-    return sealer.seal(orjson.dumps({"v": 1, "text": text}), purpose=REASONING, tenant=tenant)
+    return sealer.seal_field("text", text, purpose=REASONING, tenant=tenant)
 
 
 def open_reasoning(sealer: Sealer, tenant: str, token: object, param: str) -> str:
-    plain = sealer.open(token, purpose=REASONING, tenant=tenant, param=param)
-    try:
-        data = orjson.loads(plain)
-    except orjson.JSONDecodeError:
-        data = None
-    text = data.get("text") if isinstance(data, dict) and data.get("v") == 1 else None
+    text = sealer.open_field(token, "text", purpose=REASONING, tenant=tenant, param=param)
     if not isinstance(text, str):
         raise InvalidRequest(f"{param} does not hold reasoning.", param=param, code=CODE)
     return text
