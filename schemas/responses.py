@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class _Wire(BaseModel):
@@ -74,7 +74,28 @@ class FunctionCallItem(_Wire):
     id: str | None = None
     call_id: str  # checked at ingest, as on every API
     name: str  # checked at ingest, as on every API (app/ingest/validate.py)
+    namespace: str | None = None  # a call of a function of a ``namespace`` tool
     arguments: str
+    status: str | None = None
+
+
+class CustomToolCallItem(_Wire):
+    """A call of a ``custom`` tool: freeform ``input`` text instead of JSON arguments."""
+
+    type: Literal["custom_tool_call"]
+    id: str | None = None
+    call_id: str
+    name: str
+    namespace: str | None = None
+    input: str
+    status: str | None = None
+
+
+class CustomToolCallOutputItem(_Wire):
+    type: Literal["custom_tool_call_output"]
+    id: str | None = None
+    call_id: str
+    output: str | list[InputPart]
     status: str | None = None
 
 
@@ -134,6 +155,8 @@ InputItem = Annotated[
     | Annotated[AssistantMessage, Tag("assistant")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[ItemReference, Tag("item_reference")],
@@ -149,18 +172,117 @@ class FunctionToolParam(_Wire):
     strict: bool | None = None
 
 
+class CustomToolFormatText(_Wire):
+    type: Literal["text"]
+
+
+class CustomToolFormatGrammar(_Wire):
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str = Field(max_length=262_144)
+
+
+class CustomToolParam(_Wire):
+    """A tool whose input is freeform text (``custom_tool_call.input``), optionally
+    constrained by a grammar."""
+
+    type: Literal["custom"]
+    name: str  # checked at ingest
+    description: str | None = None
+    format: Annotated[CustomToolFormatText | CustomToolFormatGrammar,
+                      Field(discriminator="type")] | None = None
+
+
+class NamespaceToolParam(_Wire):
+    """A group of function / custom tools; their calls come back with ``namespace`` and ``name``."""
+
+    type: Literal["namespace"]
+    name: str  # checked at ingest
+    description: str | None = None
+    tools: list[Annotated[FunctionToolParam | CustomToolParam, Field(discriminator="type")]] = Field(
+        min_length=1, max_length=128)
+
+
+# Tools OpenAI runs itself (or asks the client to run through a dedicated item type).  The
+# gateway accepts each of them and applies the per-type policy of ``app/api/responses/tools.py``.
+HOSTED_TOOL_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
+                     "web_search_preview_2025_03_11", "file_search", "code_interpreter", "mcp",
+                     "image_generation", "computer_use_preview", "computer", "local_shell", "shell",
+                     "apply_patch", "tool_search")
+
+
+class HostedToolParam(BaseModel):
+    """A hosted tool: its type is checked, the rest is kept as sent (for the echo)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: Literal[HOSTED_TOOL_TYPES]  # type: ignore[valid-type]
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type", "function") if isinstance(value, dict) else getattr(value, "type", "function")
+    if kind in ("function", "custom", "namespace"):
+        return str(kind)
+    return "hosted" if kind in HOSTED_TOOL_TYPES else str(kind)
+
+
+ToolParam = Annotated[
+    Annotated[FunctionToolParam, Tag("function")]
+    | Annotated[CustomToolParam, Tag("custom")]
+    | Annotated[NamespaceToolParam, Tag("namespace")]
+    | Annotated[HostedToolParam, Tag("hosted")],
+    Discriminator(_tool_kind),
+]
+
+
 class SpecificFunction(_Wire):
     type: Literal["function"]
     name: str
+    namespace: str | None = None
+
+
+class SpecificCustom(_Wire):
+    type: Literal["custom"]
+    name: str
+    namespace: str | None = None
+
+
+class SpecificHosted(BaseModel):
+    """``{"type": "web_search"}``, ``{"type": "mcp", "server_label": ...}``: force a hosted tool."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: Literal[HOSTED_TOOL_TYPES]  # type: ignore[valid-type]
+
+
+def _choice_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if kind in ("function", "custom", "allowed_tools"):
+        return str(kind)
+    return "hosted" if kind in HOSTED_TOOL_TYPES else str(kind)
+
+
+NamedTool = Annotated[
+    Annotated[SpecificFunction, Tag("function")]
+    | Annotated[SpecificCustom, Tag("custom")]
+    | Annotated[SpecificHosted, Tag("hosted")],
+    Discriminator(_choice_kind),
+]
 
 
 class AllowedTools(_Wire):
     type: Literal["allowed_tools"]
-    tools: list[SpecificFunction] = Field(min_length=1, max_length=128)
+    tools: list[NamedTool] = Field(min_length=1, max_length=128)
     mode: Literal["none", "auto", "required"] = "auto"
 
 
-ToolChoiceParam = Annotated[SpecificFunction | AllowedTools, Field(discriminator="type")]
+ToolChoiceParam = Annotated[
+    Annotated[SpecificFunction, Tag("function")]
+    | Annotated[SpecificCustom, Tag("custom")]
+    | Annotated[SpecificHosted, Tag("hosted")]
+    | Annotated[AllowedTools, Tag("allowed_tools")],
+    Discriminator(_choice_kind),
+]
 
 
 class TextFormatText(_Wire):
@@ -202,9 +324,20 @@ class ConversationParam(_Wire):
     id: str
 
 
-class CreateResponseBody(_Wire):
-    # A field this gateway does not implement (``prompt``, ...) is refused
-    # by name, never silently ignored.
+class _NullMeansDefault(_Wire):
+    """``"field": null`` is the field left out (OpenAI's SDKs and Codex send explicit nulls)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and None in data.values():
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+class CreateResponseBody(_NullMeansDefault):
+    # A field this gateway does not implement is refused by name, never silently ignored;
+    # ``prompt`` (stored prompt templates) is accepted only as null.
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
@@ -212,10 +345,10 @@ class CreateResponseBody(_Wire):
     instructions: str | None = None
     previous_response_id: str | None = None
     conversation: str | ConversationParam | None = None  # app/api/conversations
-    tools: list[FunctionToolParam] | None = None
+    tools: list[ToolParam] | None = Field(default=None, max_length=512)
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceParam | None = None
     parallel_tool_calls: bool | None = None
-    max_output_tokens: int | None = Field(default=None, ge=16)
+    max_output_tokens: int | None = Field(default=None, ge=1)  # Codex probes with 1
     max_tool_calls: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -234,10 +367,12 @@ class CreateResponseBody(_Wire):
     include: list[str] | None = None
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = Field(default=None, max_length=64)
+    prompt_cache_retention: Literal["in-memory", "24h", "in_memory"] | None = None
+    client_metadata: dict[str, Any] | None = Field(default=None, max_length=64)  # logged, not used
     user: str | None = None
 
 
-class InputTokensBody(_Wire):
+class InputTokensBody(_NullMeansDefault):
     """``POST /v1/responses/input_tokens``: the prompt-shaping fields of a create body."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -247,7 +382,7 @@ class InputTokensBody(_Wire):
     instructions: str | None = None
     previous_response_id: str | None = None
     conversation: str | ConversationParam | None = None
-    tools: list[FunctionToolParam] | None = None
+    tools: list[ToolParam] | None = Field(default=None, max_length=512)
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceParam | None = None
     parallel_tool_calls: bool | None = None
     reasoning: ReasoningParam | None = None
@@ -255,7 +390,7 @@ class InputTokensBody(_Wire):
     truncation: Literal["auto", "disabled"] = "disabled"
 
 
-class CompactBody(_Wire):
+class CompactBody(_NullMeansDefault):
     """``POST /v1/responses/compact`` (``CompactResponseMethodPublicBody``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

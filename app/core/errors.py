@@ -33,6 +33,9 @@ class GatewayError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str | None = "internal_error"
+    # False: sending the same request again gives the same failure (the HTTP answer says
+    # ``x-should-retry: false``, which OpenAI's SDKs obey even on a 5xx).
+    retryable: bool = True
 
     def __init__(
         self,
@@ -113,12 +116,13 @@ class Overloaded(GatewayError):
 
 class ToolNotAllowed(GatewayError):
     """The model called a function the request did not offer or allow (``tool_choice``). The
-    request's own constraint refused it: not a 5xx, which SDKs retry (three identical
-    requests for one deterministic refusal)."""
+    model's output failed, not the client's request: a 502 ``server_error``, marked not
+    retryable (SDKs would otherwise send three identical requests for one refusal)."""
 
-    status = 422
-    type = "invalid_request_error"
+    status = 502
+    type = "server_error"
     code = "tool_not_allowed"
+    retryable = False
 
 
 class ModelOutputError(GatewayError):
@@ -161,4 +165,6 @@ def from_event(error: ev.Error) -> GatewayError:
     status = cls.status if cls is not None else _FALLBACK_STATUS.get(error.type, 502)
     exc = GatewayError(error.message, code=error.code, param=error.param, status=status)
     exc.type = error.type
+    if cls is not None:
+        exc.retryable = cls.retryable
     return exc

@@ -71,8 +71,10 @@ _OK: dict[tuple[str, str], Json] = {
 }
 _ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key",
            "404": "Unknown model, response or URL", "413": "Request body too large",
-           "422": "The model called a function the request does not allow (tool_not_allowed)",
-           "429": "Rate limited", "502": "Backend failure", "503": "At capacity",
+           "429": "Rate limited",
+           "502": "Backend failure, or the model's output failed (tool_not_allowed: a call of a "
+                  "function the request does not allow, with x-should-retry: false)",
+           "503": "At capacity",
            "504": "Backend timeout"}
 
 

@@ -24,5 +24,7 @@ def error_response(exc: GatewayError) -> JSONResponse:
     if retry_after is not None:
         headers["retry-after"] = str(max(1, round(retry_after)))
         headers["retry-after-ms"] = str(max(1, round(retry_after * 1000)))
+    if not exc.retryable:
+        headers["x-should-retry"] = "false"
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 

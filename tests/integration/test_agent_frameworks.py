@@ -447,7 +447,7 @@ async def test_a_refused_tool_call_mid_stream_is_a_typed_error_not_retried(
         assert seen == ["response.created", "response.in_progress"]
         assert not isinstance(info.value, openai.APIStatusError)  # a 200 stream, failed mid-way
         assert info.value.code == "tool_not_allowed" and "get_weather" in info.value.message
-        assert info.value.type == "invalid_request_error"
+        assert info.value.type == "server_error"
         # The Agents SDK's streamed run surfaces the same typed error.
         with pytest.raises(openai.APIError) as info:
             await _sdk_streamed(_sdk_agent(client, "scripted-tool", tools=[get_time]), "Weather?")
@@ -489,14 +489,14 @@ def test_the_error_event_shape_per_dialect(gateway_url: str) -> None:
     assert flat["param"] is None and flat["error"] == nested["error"]
 
 
-async def test_a_refused_tool_call_not_streamed_is_a_422_not_retried(gateway_url: str) -> None:
+async def test_a_refused_tool_call_not_streamed_is_a_502_not_retried(gateway_url: str) -> None:
     recorder = Recorder()
-    before = _counted(gateway_url, "422")
+    before = _counted(gateway_url, "502")
     async with _openai(gateway_url, recorder) as client:  # default max_retries=2
-        with pytest.raises(openai.UnprocessableEntityError) as info:
+        with pytest.raises(openai.InternalServerError) as info:
             await Runner.run(_sdk_agent(client, "scripted-tool", tools=[get_time]), "Weather?",
                              run_config=NO_TRACING)
-    assert info.value.status_code == 422 and info.value.code == "tool_not_allowed"
+    assert info.value.status_code == 502 and info.value.code == "tool_not_allowed"
     assert len(recorder.requests) == 1
-    assert _counted(gateway_url, "422") - before == 1
+    assert _counted(gateway_url, "502") - before == 1
 

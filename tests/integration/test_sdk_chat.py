@@ -113,7 +113,7 @@ def test_tool_choice_none_never_returns_a_call(client: OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as info:
         client.chat.completions.create(model="scripted-tool", messages=ASK, tools=[WEATHER],  # type: ignore[arg-type,list-item]
                                        tool_choice="none")
-    assert info.value.status_code == 422  # a 4xx: the SDK does not retry a deterministic refusal
+    assert info.value.status_code == 502  # the model failed; x-should-retry: false stops the retries
     assert len(sent) == 1
     assert info.value.body["code"] == "tool_not_allowed"  # type: ignore[index]
 

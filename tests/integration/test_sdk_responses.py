@@ -93,7 +93,7 @@ def test_allowed_tools_blocks_an_unlisted_call(client: OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as info:
         client.responses.create(model="scripted-tool", input="Weather?", tools=[WEATHER, TIME],
                                 tool_choice=choice)
-    assert info.value.status_code == 422  # a 4xx: the SDK does not retry a deterministic refusal
+    assert info.value.status_code == 502  # the model failed; x-should-retry: false stops the retries
     assert len(sent) == 1
     assert info.value.body["code"] == "tool_not_allowed"  # type: ignore[index]
 

@@ -11,7 +11,10 @@ construction the fold of the events.  Item mapping:
   request includes ``reasoning.encrypted_content``;
 * preamble → assistant ``message`` with ``phase: "commentary"``;
 * final text → assistant ``message`` with ``phase: "final_answer"``;
-* tool call → ``function_call`` item (``response.function_call_arguments.*``).
+* tool call → ``function_call`` item (``response.function_call_arguments.*``), with
+  ``namespace`` for a function of a namespace tool; a ``custom`` tool's call →
+  ``custom_tool_call`` (its ``input`` unwrapped from the arguments when complete,
+  ``response.custom_tool_call_input.delta`` / ``.done``), see :mod:`app.api.responses.tools`.
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
 from 0 without gaps.
@@ -20,12 +23,13 @@ from 0 without gaps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.logprobs import logprobs_content
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
+from app.api.responses.tools import WireTool, custom_input
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
@@ -37,7 +41,7 @@ Json = dict[str, Any]
 def usage_body(usage: Usage) -> Json:
     return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
-            "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
 
 
@@ -45,7 +49,7 @@ def usage_body(usage: Usage) -> Json:
 class _Open:
     """The output item currently being streamed."""
 
-    kind: str  # "reasoning" | "preamble" | "text" | "tool"
+    kind: str  # "reasoning" | "preamble" | "text" | "tool" | "custom"
     index: int
     item: Json
     text: list[str] = field(default_factory=list)
@@ -54,14 +58,17 @@ class _Open:
 
 class ResponsesEncoder:
     def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
-                 seal: Callable[[str], str] | None = None) -> None:
+                 seal: Callable[[str], str] | None = None,
+                 tools: Mapping[str, WireTool] | None = None) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
-        reasoning item's ``encrypted_content`` from its text."""
+        reasoning item's ``encrypted_content`` from its text; ``tools``: model-facing tool
+        names → the wire shape of their calls (a name not in it is a plain function)."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
+        self._tools = tools or {}
         self._seq = 0
         self._open: _Open | None = None
         self.terminal = False
@@ -113,15 +120,25 @@ class ResponsesEncoder:
         return None
 
     def _open_item(self, kind: str, **extra: Any) -> list[Json]:
-        if self._open is not None and self._open.kind == kind and kind != "tool":
+        if self._open is not None and self._open.kind == kind and kind not in ("tool", "custom"):
             return []
         events = self._close("completed")
         if kind == "reasoning":
             item: Json = {"id": random_id("rs_"), "type": "reasoning", "status": "in_progress",
                           "summary": []}
         elif kind == "tool":
+            tool = self._tools.get(extra["name"])
             item = {"id": random_id("fc_"), "type": "function_call", "status": "in_progress",
-                    "call_id": extra["call_id"], "name": extra["name"], "arguments": ""}
+                    "call_id": extra["call_id"], "name": tool.name if tool else extra["name"],
+                    "arguments": ""}
+            if tool is not None and tool.namespace:
+                item["namespace"] = tool.namespace
+        elif kind == "custom":
+            tool = self._tools[extra["name"]]
+            item = {"id": random_id("ctc_"), "type": "custom_tool_call", "status": "in_progress",
+                    "call_id": extra["call_id"], "name": tool.name, "input": ""}
+            if tool.namespace:
+                item["namespace"] = tool.namespace
         else:
             item = {"id": random_id("msg_"), "type": "message", "status": "in_progress",
                     "role": "assistant", "phase": "commentary" if kind == "preamble" else "final_answer"}
@@ -137,6 +154,13 @@ class ResponsesEncoder:
             item["arguments"] = text
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
                                       output_index=idx, arguments=text))
+        elif cur.kind == "custom":  # the input exists only once the arguments are complete
+            item["input"] = value = custom_input(text)
+            if value:
+                events.append(self._event("response.custom_tool_call_input.delta", item_id=item["id"],
+                                          output_index=idx, delta=value))
+            events.append(self._event("response.custom_tool_call_input.done", item_id=item["id"],
+                                      output_index=idx, input=value))
         else:
             logprobs = cur.logprobs if cur.kind == "text" else None
             part = self._part(cur.kind, text, logprobs)
@@ -161,6 +185,8 @@ class ResponsesEncoder:
         if cur.kind == "tool":
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]
+        if cur.kind == "custom":
+            return []
         if cur.kind == "reasoning":
             return [self._event(self._dialect.reasoning_delta, item_id=item_id, output_index=idx,
                                 content_index=0, delta=text)]
@@ -183,7 +209,9 @@ class ResponsesEncoder:
         if isinstance(event, ev.PartDone):
             return self._close("completed")
         if isinstance(event, ev.ToolCallStarted):
-            return self._open_item("tool", call_id=event.call_id, name=event.name)
+            tool = self._tools.get(event.name)
+            kind = "custom" if tool is not None and tool.kind == "custom" else "tool"
+            return self._open_item(kind, call_id=event.call_id, name=event.name)
         if isinstance(event, ev.ToolCallArgumentsDelta):
             return self._delta(event.delta)
         if isinstance(event, ev.ToolCallDone):

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.api.responses.tools import RequestTools, custom_arguments, model_name, request_tools, tool_choice
 from app.api.validate import (
     check_call_id,
     check_function_name,
@@ -24,14 +25,12 @@ from app.api.validate import (
 from app.core.conversation import (
     ContentPart,
     Conversation,
-    FunctionTool,
     GenerationParams,
     ImagePart,
     Message,
     ResponseFormat,
     TextPart,
     ToolCall,
-    ToolChoice,
 )
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
@@ -40,7 +39,7 @@ from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
 _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
-              "compaction": "cmp_"}
+              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
 
 
 def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[dict[str, Any]]:
@@ -51,11 +50,11 @@ def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[di
         items = [wire.UserMessage(role="user", content=[wire.InputText(type="input_text", text=body.input)])]
     else:
         items = list(body.input)
-    if not items and body.previous_response_id is None and getattr(body, "conversation", None) is None:
-        raise InvalidRequest("input must hold at least one item (or continue a response with "
-                             "previous_response_id or conversation).", param="input",
-                             code="missing_required_parameter")
-    return stored_items(items, "input")
+    if (body.input is None and body.previous_response_id is None
+            and getattr(body, "conversation", None) is None):
+        raise InvalidRequest("input is required (or continue a response with previous_response_id "
+                             "or conversation).", param="input", code="missing_required_parameter")
+    return stored_items(items, "input")  # [] is an empty turn (Codex probes with one)
 
 
 def stored_items(items: list[Any], param: str) -> list[dict[str, Any]]:
@@ -135,15 +134,19 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             content = item.content if isinstance(item.content, list) else [
                 wire.OutputText(type="output_text", text=item.content)]
             asst.content.append("".join(p.text for p in _parts(content, at) if isinstance(p, TextPart)))
-        elif isinstance(item, wire.FunctionCallItem):
+        elif isinstance(item, wire.FunctionCallItem | wire.CustomToolCallItem):
             check_function_name(item.name, f"{at}.name")
+            if item.namespace is not None:
+                check_function_name(item.namespace, f"{at}.namespace")
             check_call_id(item.call_id, f"{at}.call_id")
-            asst.calls.append(ToolCall(item.call_id, item.name, item.arguments))
+            arguments = (item.arguments if isinstance(item, wire.FunctionCallItem)
+                         else custom_arguments(item.input))
+            asst.calls.append(ToolCall(item.call_id, model_name(item.name, item.namespace), arguments))
             known_calls.add(item.call_id)
-        elif isinstance(item, wire.FunctionCallOutputItem):
+        elif isinstance(item, wire.FunctionCallOutputItem | wire.CustomToolCallOutputItem):
             asst.flush(out)
             if item.call_id not in known_calls:
-                raise InvalidRequest(f"No function_call with call_id {item.call_id!r} precedes this output.",
+                raise InvalidRequest(f"No tool call with call_id {item.call_id!r} precedes this output.",
                                      param=f"{at}.call_id")
             if isinstance(item.output, str):
                 output = item.output
@@ -151,7 +154,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
                 parts = _parts(item.output, at)
                 if any(not isinstance(p, TextPart) for p in parts):  # never dropped silently
                     j = next(j for j, p in enumerate(parts) if not isinstance(p, TextPart))
-                    raise InvalidRequest("Images in a function_call_output are not supported; "
+                    raise InvalidRequest(f"Images in a {item.type} are not supported; "
                                          "send them in a user message.",
                                          param=f"{at}.output[{j}]", code="unsupported_content_type")
                 output = "".join(p.text for p in parts if isinstance(p, TextPart))
@@ -167,28 +170,6 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
     return tuple(out)
 
 
-def _tool_choice(body: wire.CreateResponseBody, tools: tuple[FunctionTool, ...]) -> ToolChoice:
-    names = {t.name for t in tools}
-    choice = body.tool_choice
-    if choice is None:
-        return ToolChoice("auto")
-    if isinstance(choice, wire.SpecificFunction):
-        if choice.name not in names:
-            raise InvalidRequest(f"tool_choice names {choice.name!r}, which is not in tools.",
-                                 param="tool_choice.name")
-        return ToolChoice("required", (choice.name,))
-    if isinstance(choice, wire.AllowedTools):
-        allowed = tuple(dict.fromkeys(t.name for t in choice.tools))
-        unknown = [n for n in allowed if n not in names]
-        if unknown:
-            raise InvalidRequest(f"allowed_tools lists {unknown[0]!r}, which is not in tools.",
-                                 param="tool_choice.tools")
-        return ToolChoice(choice.mode, allowed)
-    if choice == "required" and not tools:
-        raise InvalidRequest("tool_choice 'required' needs at least one tool.", param="tool_choice")
-    return ToolChoice(choice)
-
-
 def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
     fmt = body.text.format if body.text else None
     if fmt is None or isinstance(fmt, wire.TextFormatText):
@@ -201,18 +182,9 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
 
 
-def tools_of(body: wire.CreateResponseBody) -> tuple[FunctionTool, ...]:
-    tools: list[FunctionTool] = []
-    for i, t in enumerate(body.tools or []):
-        check_function_name(t.name, f"tools[{i}].name")
-        if t.name in {x.name for x in tools}:
-            raise InvalidRequest(f"Duplicate tool name {t.name!r}.", param=f"tools[{i}].name")
-        if t.parameters is not None:
-            check_json_schema(t.parameters, f"tools[{i}].parameters")
-        # Open Responses function tools are strict unless they say otherwise (echoed so).
-        tools.append(FunctionTool(t.name, t.description, t.parameters,
-                                  t.strict if t.strict is not None else True))
-    return tuple(tools)
+def tools_of(body: wire.CreateResponseBody) -> RequestTools:
+    """The request's tools (:mod:`app.api.responses.tools`)."""
+    return request_tools(body.tools)
 
 
 def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
@@ -222,7 +194,7 @@ def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, An
     messages = items_to_messages(context, first_input, labels)
     if body.instructions:
         messages = (Message("developer", (TextPart(body.instructions),)), *messages)
-    return Conversation(messages, tools_of(body), _response_format(body))
+    return Conversation(messages, tools_of(body).tools, _response_format(body))
 
 
 def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
@@ -238,7 +210,7 @@ def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
         top_logprobs=top,
         reasoning_effort=reasoning_effort(body.reasoning.effort if body.reasoning else None),
         thinking=thinking(body.reasoning.effort if body.reasoning else None),
-        tool_choice=_tool_choice(body, tools),
+        tool_choice=tool_choice(body.tool_choice, tools),
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
         user=body.safety_identifier or body.user,
     )

@@ -21,7 +21,7 @@ from app.api.responses import compact
 from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
-from app.api.responses.ingest import build_conversation, generation_params, new_input_items
+from app.api.responses.ingest import build_conversation, generation_params, new_input_items, tools_of
 from app.api.responses.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
 from app.api.responses.sealing import Sealer
 from app.api.responses.store import ResponseStore, StoredResponse
@@ -44,9 +44,7 @@ def _not_found(response_id: str, param: str = "response_id") -> NotFound:
 
 def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: str) -> Json:
     params = plan.params
-    tools = [{"type": "function", "name": t.name, "description": t.description,
-              "parameters": t.parameters, "strict": t.strict if t.strict is not None else True}
-             for t in body.tools or []]
+    tools = list(tools_of(body).echo)
     fmt: Json = {"type": "text"}
     f = body.text.format if body.text else None
     if isinstance(f, TextFormatJSONSchema):
@@ -205,13 +203,17 @@ class ResponsesService:
         seal = ((lambda text: seal_reasoning(self.sealer, tenant, text))
                 if INCLUDE in (body.include or []) else None)
 
+        request_tools = tools_of(body)
+
         def encoder(plan: Plan) -> ResponsesEncoder:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
+            if request_tools.not_run:  # the hosted-tool policy of app/api/responses/tools.py
+                resource["ocm:tools_not_run"] = list(request_tools.not_run)
             if plan.dropped_messages:
                 resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
             if conversation is not None:
                 resource["conversation"] = {"id": conversation}
-            return ResponsesEncoder(resource, dialect, seal)
+            return ResponsesEncoder(resource, dialect, seal, request_tools.wire)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None

@@ -2,7 +2,9 @@
 
 What the spec document says (``x-openresponses-websocket`` on ``/responses``): every client
 message is a ``WebSocketResponseCreateEvent`` (the create body plus ``"type":
-"response.create"``; ``stream``, ``stream_options`` and ``background`` must not be sent), the
+"response.create"``; ``stream``, ``stream_options`` and ``background`` must not be sent:
+``stream: true`` and ``stream_options``, which OpenAI's own WebSocket mode and the Agents SDK
+send, are accepted and mean nothing more; ``stream: false`` and ``background`` are refused), the
 server answers with the same streaming events as ``text/event-stream``, and failures are
 ``WebSocketErrorEvent`` (``{"type": "error", "status": <HTTP-style status>, "error": {code,
 message, param, type}}``, no ``sequence_number``).  What this module adds, following OpenAI's
@@ -58,7 +60,7 @@ router = APIRouter()
 log = logging.getLogger("ocm_gateway")
 
 MAX_PENDING = 16  # response.create messages waiting behind the one in flight
-HTTP_ONLY = ("stream", "stream_options", "background")  # x-openresponses-disallowed
+HTTP_ONLY = ("background",)  # x-openresponses-disallowed; stream(_options) are tolerated
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 CONTINUABLE = frozenset({"completed", "incomplete"})
 
@@ -106,8 +108,14 @@ def parse_create(raw: str | bytes, limit: int) -> CreateResponseBody:
                                  param="type", code="missing_required_parameter")
         raise InvalidRequest(f"Unknown client event type {kind!r}: the only one is 'response.create'.",
                              param="type", code="invalid_value")
+    if value.get("stream") is False:
+        raise InvalidRequest("stream: false is not possible in WebSocket mode (every response is "
+                             "streamed on the socket); leave stream out.", param="stream",
+                             code="invalid_value")
+    value.pop("stream", None)
+    value.pop("stream_options", None)
     for name in HTTP_ONLY:
-        if name in value:
+        if value.get(name) is not None:
             raise InvalidRequest(f"{name} is an HTTP field and must not be sent in WebSocket mode "
                                  "(every response is streamed on the socket).", param=name,
                                  code="unknown_parameter")

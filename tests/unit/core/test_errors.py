@@ -36,9 +36,11 @@ def test_codes_without_a_class_get_the_status_of_their_type(code: str, type_: st
     assert errors.from_event(ev.Error("m", code=code, type=type_)).status == status
 
 
-def test_a_refusal_the_request_caused_is_not_a_retryable_5xx() -> None:
+def test_a_bad_call_by_the_model_is_a_5xx_marked_not_retryable() -> None:
     exc = errors.from_event(errors.to_event(errors.ToolNotAllowed("no")))
-    assert exc.status == 422 and exc.code == "tool_not_allowed"  # SDKs retry 408/409/429/5xx only
+    assert (exc.status, exc.type, exc.code) == (502, "server_error", "tool_not_allowed")
+    assert exc.retryable is False  # x-should-retry: false (SDKs retry 5xx otherwise)
+    assert errors.from_event(errors.to_event(errors.ModelOutputError("cut"))).retryable is True
 
 
 def test_client_disconnected_is_known_to_the_mapping() -> None:

@@ -66,7 +66,7 @@ CASES: list[tuple[str, str, str | None, str]] = [
     (CHAT, _body(messages=USER, stream="yes"), "stream", "invalid_value"),
     (RESPONSES, _body(input="x", stream="yes"), "stream", "invalid_value"),
     (CHAT, _body(messages=USER, max_tokens="5"), "max_tokens", "invalid_value"),
-    (RESPONSES, _body(input=[]), "input", "missing_required_parameter"),
+    (RESPONSES, _body(input=None), "input", "missing_required_parameter"),  # [] is an empty turn (Codex)
 ]
 
 

@@ -50,7 +50,7 @@ async def test_metrics_after_requests(caplog: pytest.LogCaptureFixture) -> None:
 async def test_backend_errors_are_counted() -> None:
     async with gateway(Replay("10b_toolmodel_completion_tokenids_stream").transport()) as c:
         r = await c.post("/v1/chat/completions", json=CHAT)  # the model calls an undeclared tool
-        assert r.status_code == 422
+        assert r.status_code == 502 and r.headers["x-should-retry"] == "false"
         text = (await c.get("/metrics")).text
     assert _value(text, "ocm_backend_errors_total", model=MODEL, code="tool_not_allowed") == 1
     assert _value(text, "ocm_open_streams") == 0

@@ -104,7 +104,7 @@ async def test_tool_call_non_stream_and_stream() -> None:
 
 async def test_call_to_undeclared_tool_is_not_returned() -> None:
     status, body = await _post(Replay("10b_toolmodel_completion_tokenids_stream"), {"messages": USER})
-    assert status == 422 and body["error"]["code"] == "tool_not_allowed"
+    assert status == 502 and body["error"]["code"] == "tool_not_allowed"
     _, events = await _post(Replay("10b_toolmodel_completion_tokenids_stream"),
                             {"messages": USER, "stream": True})
     assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "tool_not_allowed"

@@ -160,9 +160,8 @@ async def test_a_failed_continuation_evicts_the_socket_response() -> None:
     ("[1, 2]", 400, "invalid_json", None),
     (json.dumps({"model": MODEL, "input": "hi"}), 400, "missing_required_parameter", "type"),
     (json.dumps({"type": "response.cancel"}), 400, "invalid_value", "type"),
-    (create(input="hi", stream=True), 400, "unknown_parameter", "stream"),
+    (create(input="hi", stream=False), 400, "invalid_value", "stream"),
     (create(input="hi", background=False), 400, "unknown_parameter", "background"),
-    (create(input="hi", stream_options={}), 400, "unknown_parameter", "stream_options"),
     (create(input="hi", temperature="hot"), 400, "invalid_value", "temperature"),
     (create(input="hi", frobnicate=1), 400, "unknown_parameter", "frobnicate"),
     (create(), 400, "missing_required_parameter", "input"),
@@ -322,3 +321,24 @@ async def test_a_session_is_one_access_log_line_with_its_key_and_tokens(
     assert session["prompt_tokens"] + session["completion_tokens"] == tokens > 0
     refused = [line for line in lines if line["method"] == "WEBSOCKET" and line["status"] == 401]
     assert len(refused) == 1 and refused[0]["key"] is None
+
+
+CALL = ('<|channel|>commentary to=functions.get_weather <|constrain|>json'
+        '<|message|>{"city":"Paris"}<|call|>')
+TIME_TOOL = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
+
+
+async def test_a_call_of_a_tool_not_offered_ends_the_response_failed_and_the_socket_goes_on() -> None:
+    """The model's bad output is not the client's fault: response.failed (a server-side
+    error code), never a bare error event after response.created."""
+    async with served(FakeLlamaCpp(CALL).transport()) as host, \
+            connect(f"ws://{host}/v1/responses") as ws:
+        await ws.send(create(input="Weather?", tools=[TIME_TOOL]))
+        events, error = await turn(ws)
+        assert error is None, error
+        final = final_of(events)
+        assert final["status"] == "failed" and final["error"]["code"] == "tool_not_allowed"
+        assert [e["type"] for e in events].count("response.failed") == 1
+        await ws.send(create(input="Weather?", tools=[TIME_TOOL], stream=True))  # as the Agents SDK sends
+        events, error = await turn(ws)
+        assert error is None and final_of(events)["status"] == "failed"

@@ -1,0 +1,188 @@
+"""The tools of an Open Responses request: every tool type OpenAI defines, and what the model sees.
+
+* ``function`` → a :class:`FunctionTool` of the same name.
+* ``namespace`` (``{"type": "namespace", "name": "multi_agent_v1", "tools": [...]}``) → each
+  of its function / custom tools as a prefixed function ``NAMESPACE__NAME`` (the form every
+  prompt format can carry); calls come back with ``namespace`` and ``name`` as separate
+  fields, as OpenAI returns them (Codex routes by them and rejects flattened names).
+* ``custom`` (freeform input) → a function taking ``{"input": string}``; its description tells
+  the model the grammar when ``format`` has one.  The call comes back as a
+  ``custom_tool_call`` item whose ``input`` is that string.  The grammar is shown to the
+  model, not enforced by the backend (a documented gap; see the README).
+* hosted tools (``web_search``, ``mcp``, ``code_interpreter``, ``file_search``,
+  ``image_generation``, ``computer_use_preview``, ``local_shell``, ``shell``, ``apply_patch``,
+  ``tool_search``): this gateway runs none of them yet.  Policy: the tool is accepted, echoed
+  in the response's ``tools``, **not shown to the model**, and reported in the response as
+  ``"ocm:tools_not_run"``; forcing one with ``tool_choice`` is a 400 naming it (the answer
+  could not honour it).  A client such as Codex, which always sends ``web_search``, works.
+
+:class:`RequestTools` is the one reading of a request's ``tools``: the model-facing tools,
+the map from a model-facing name back to the wire shape of its calls (:class:`WireTool`,
+used by the encoder and by input items), and the echo.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.api.validate import check_function_name, check_json_schema
+from app.core.conversation import FunctionTool, ToolChoice
+from app.core.errors import InvalidRequest
+from schemas import responses as wire
+
+Json = dict[str, Any]
+SEPARATOR = "__"  # namespace + SEPARATOR + name: the model-facing name of a namespaced tool
+_CUSTOM_PARAMETERS: Json = {"type": "object", "properties": {"input": {"type": "string"}},
+                            "required": ["input"], "additionalProperties": False}
+
+
+@dataclass(frozen=True, slots=True)
+class WireTool:
+    """How a call of one model-facing tool looks on the wire."""
+
+    kind: Literal["function", "custom"]
+    name: str
+    namespace: str | None = None
+
+
+def model_name(name: str, namespace: str | None) -> str:
+    """The name the model knows a (namespaced) tool by."""
+    return f"{namespace}{SEPARATOR}{name}" if namespace else name
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's ``input`` from the model's arguments (``{"input": "..."}``); text the
+    model wrote without the JSON wrapper is taken as it is."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get("input"), str) and len(value) == 1:
+        return str(value["input"])
+    return arguments
+
+
+def custom_arguments(text: str) -> str:
+    """The arguments a ``custom_tool_call`` input stands for, as the model wrote them."""
+    return json.dumps({"input": text}, ensure_ascii=False)
+
+
+def _custom_description(tool: wire.CustomToolParam) -> str:
+    text = tool.description or ""
+    fmt = tool.format
+    if isinstance(fmt, wire.CustomToolFormatGrammar):
+        kind = "Lark grammar" if fmt.syntax == "lark" else "regular expression"
+        text += f"\n\nThe input must match this {kind}:\n{fmt.definition}"
+    return (text + "\n\nPut the freeform input in the `input` string.").strip()
+
+
+@dataclass(frozen=True)
+class RequestTools:
+    tools: tuple[FunctionTool, ...]
+    wire: Mapping[str, WireTool]
+    not_run: tuple[str, ...]  # hosted tool types, in request order (the policy above)
+    echo: tuple[Json, ...]
+
+    def name_of(self, name: str, namespace: str | None, kind: str = "function") -> str | None:
+        """The model-facing name of a tool the request offers, or None."""
+        found = model_name(name, namespace)
+        tool = self.wire.get(found)
+        return found if tool is not None and tool.kind == kind else None
+
+
+def _function(t: wire.FunctionToolParam, namespace: str | None, where: str) -> tuple[FunctionTool, Json]:
+    check_function_name(t.name, f"{where}.name")
+    if t.parameters is not None:
+        check_json_schema(t.parameters, f"{where}.parameters")
+    strict = t.strict if t.strict is not None else True  # Open Responses: strict unless said otherwise
+    tool = FunctionTool(model_name(t.name, namespace), t.description, t.parameters, strict)
+    return tool, {"type": "function", "name": t.name, "description": t.description,
+                  "parameters": t.parameters, "strict": strict}
+
+
+def _custom(t: wire.CustomToolParam, namespace: str | None, where: str) -> tuple[FunctionTool, Json]:
+    check_function_name(t.name, f"{where}.name")
+    tool = FunctionTool(model_name(t.name, namespace), _custom_description(t), _CUSTOM_PARAMETERS, True)
+    return tool, t.model_dump(exclude_none=True)
+
+
+def request_tools(tools: Sequence[Any] | None) -> RequestTools:
+    out: list[FunctionTool] = []
+    table: dict[str, WireTool] = {}
+    not_run: list[str] = []
+    echo: list[Json] = []
+
+    def add(tool: FunctionTool, kind: Literal["function", "custom"], name: str, namespace: str | None,
+            where: str) -> None:
+        if tool.name in table:
+            raise InvalidRequest(f"Duplicate tool name {tool.name!r}.", param=f"{where}.name")
+        table[tool.name] = WireTool(kind, name, namespace)
+        out.append(tool)
+
+    for i, t in enumerate(tools or []):
+        where = f"tools[{i}]"
+        if isinstance(t, wire.FunctionToolParam):
+            tool, shown = _function(t, None, where)
+            add(tool, "function", t.name, None, where)
+            echo.append(shown)
+        elif isinstance(t, wire.CustomToolParam):
+            tool, shown = _custom(t, None, where)
+            add(tool, "custom", t.name, None, where)
+            echo.append(shown)
+        elif isinstance(t, wire.NamespaceToolParam):
+            check_function_name(t.name, f"{where}.name")
+            inner: list[Json] = []
+            for j, member in enumerate(t.tools):
+                at = f"{where}.tools[{j}]"
+                if isinstance(member, wire.FunctionToolParam):
+                    tool, shown = _function(member, t.name, at)
+                    add(tool, "function", member.name, t.name, at)
+                else:
+                    tool, shown = _custom(member, t.name, at)
+                    add(tool, "custom", member.name, t.name, at)
+                inner.append(shown)
+            echo.append({"type": "namespace", "name": t.name, "description": t.description, "tools": inner})
+        else:
+            not_run.append(t.type)
+            echo.append(t.model_dump(exclude_none=True))
+    return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo))
+
+
+def _named(choice: Any, tools: RequestTools, param: str) -> str | None:
+    """The model-facing name a named choice (function / custom) points at; None for a hosted one."""
+    if isinstance(choice, wire.SpecificHosted):
+        return None
+    kind = "custom" if isinstance(choice, wire.SpecificCustom) else "function"
+    found = tools.name_of(choice.name, choice.namespace, kind)
+    if found is None:
+        raise InvalidRequest(f"{param} names the {kind} tool {choice.name!r}, which is not in tools.",
+                             param=f"{param}.name")
+    return found
+
+
+def tool_choice(choice: Any, tools: RequestTools) -> ToolChoice:
+    if choice is None:
+        return ToolChoice("auto")
+    if isinstance(choice, wire.SpecificHosted):
+        raise InvalidRequest(f"tool_choice forces {choice.type!r}, a hosted tool this gateway does "
+                             "not run; offer it without forcing it, or force a function.",
+                             param="tool_choice.type", code="unsupported_tool_choice")
+    if isinstance(choice, wire.SpecificFunction | wire.SpecificCustom):
+        name = _named(choice, tools, "tool_choice")
+        assert name is not None
+        return ToolChoice("required", (name,))
+    if isinstance(choice, wire.AllowedTools):
+        names = [_named(t, tools, f"tool_choice.tools[{i}]") for i, t in enumerate(choice.tools)]
+        allowed = tuple(dict.fromkeys(n for n in names if n is not None))  # hosted ones never run
+        if choice.mode == "required" and not allowed:
+            raise InvalidRequest("allowed_tools in required mode lists only hosted tools, which this "
+                                 "gateway does not run.", param="tool_choice.tools",
+                                 code="unsupported_tool_choice")
+        return ToolChoice(choice.mode, allowed)
+    if choice == "required" and not tools.tools:
+        raise InvalidRequest("tool_choice 'required' needs at least one tool the model can call "
+                             "(hosted tools are not run by this gateway).", param="tool_choice")
+    return ToolChoice(choice)
