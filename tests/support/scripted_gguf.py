@@ -57,6 +57,12 @@ Switches: attention for tokens with two successors
     ``rope.dimension_count`` smaller than the head size for this architecture,
     which would have been the other way to exempt those dimensions).
 
+Multi-turn scripts
+    ``<|call|>`` (or ``<|return|>``) followed by ``<|start|>assistant`` inside a script ends a
+    turn: a model that calls a tool, and, once a marker from the call (which the next prompt
+    repeats, with the tool's output) is in the prompt, answers.  Choose a call whose rarest
+    token appears in no first prompt.
+
 Scripts the mechanism cannot express raise :class:`ScriptConflict`: a token
 with three or more successors, a token whose two successors interleave, or a
 switch without a usable marker.  Reword the script to avoid them.
@@ -84,6 +90,7 @@ from tests.support.o200k_vocab import FIRST_SPECIAL, N_VOCAB, cache_dir, gguf_vo
 
 GENERATOR_VERSION = 1
 ASSISTANT_ID = 173781  # "assistant": the last token of a prompt rendered for completion
+START_ID = 200006  # <|start|>
 END_OF_GENERATION = (200002, 200012)  # <|return|>, <|call|> (llama.cpp drops <|end|> from its EOG set)
 NEVER_IN_SCRIPT = (*END_OF_GENERATION, 199999)  # ids that would stop generation mid-script
 LOGIT_MARGIN = 80.0  # nats by which the scripted successor leads every other token
@@ -154,7 +161,10 @@ def plan_script(script_ids: list[int]) -> ScriptPlan:
     """Check that ``script_ids`` is expressible and choose dimensions, successors and switches."""
     if not script_ids or script_ids[-1] not in END_OF_GENERATION:
         raise ScriptConflict("the script must end with <|return|> (200002) or <|call|> (200012)")
-    early_stop = [t for t in script_ids[:-1] if t in NEVER_IN_SCRIPT]
+    # A stop followed by <|start|> ends one turn of a multi-turn script: generation stops
+    # there, and the next turn's prompt (which ends in ``<|start|>assistant``) continues it.
+    early_stop = [t for i, t in enumerate(script_ids[:-1]) if t in NEVER_IN_SCRIPT
+                  and not (t in END_OF_GENERATION and script_ids[i + 1] == START_ID)]
     if early_stop:
         raise ScriptConflict(f"end-of-generation token(s) {early_stop} inside the script")
     seq = [ASSISTANT_ID, *script_ids]
