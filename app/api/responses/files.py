@@ -9,7 +9,8 @@ taken (base64, or a ``data:MEDIA;base64,`` URL as the OpenAI SDK sends it):
 * ``file_url``: fetching it would let any request make the gateway call any address
   (cloud metadata endpoints, the internal network), and there is no operator allow-list;
 
-both are a 400 naming the part, as are unsupported types, corrupt or encrypted PDFs, PDFs
+both are a 400 naming the part, as are unsupported types, corrupt or encrypted PDFs (a PDF
+without a cross-reference table or trailer is read, as viewers read it), PDFs
 without a text layer (no OCR here) and files over the limits below.  Every failure of the
 decoder is a 400 (:class:`~app.core.errors.InvalidRequest`), never a 500.
 """
@@ -20,6 +21,7 @@ import base64
 import binascii
 import io
 import logging
+import re
 from typing import Any
 
 from app.core.errors import InvalidRequest
@@ -96,12 +98,38 @@ def _text(data: bytes, param: str) -> str:
     return text
 
 
-def _pdf(data: bytes, param: str) -> tuple[str, int]:
+_CATALOG = re.compile(rb"(\d{1,10})\s+(\d{1,5})\s+obj\s*<<\s*/Type\s*/Catalog")
+
+
+def _repaired(data: bytes) -> bytes:
+    """``data`` with the end a reader needs: many real PDFs (and the Open Responses compliance
+    suite's fixture) have no cross-reference table, no ``startxref`` or no trailer.  A wrong
+    ``startxref`` makes pypdf rebuild the table by scanning the objects, as PDF viewers do;
+    a missing trailer gets one naming the catalog object."""
+    tail = b"\nstartxref\n0\n%%EOF\n"
+    if b"trailer" not in data[-65536:]:
+        found = _CATALOG.search(data)
+        if found is not None:
+            tail = b"\ntrailer\n<</Root " + found.group(1) + b" " + found.group(2) + b" R>>" + tail
+    return data + tail
+
+
+def _open_pdf(data: bytes) -> Any:
     import pypdf  # here: only requests with PDFs pay for the import
+
+    try:
+        return pypdf.PdfReader(io.BytesIO(data))
+    except pypdf.errors.PdfReadError:
+        if b"startxref" in data[-2048:]:
+            raise
+        return pypdf.PdfReader(io.BytesIO(_repaired(data)))
+
+
+def _pdf(data: bytes, param: str) -> tuple[str, int]:
     from pypdf.errors import FileNotDecryptedError
 
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
+        reader = _open_pdf(data)
         if reader.is_encrypted and not reader.decrypt(""):
             raise FileNotDecryptedError("password")
         pages = len(reader.pages)

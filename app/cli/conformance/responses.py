@@ -161,11 +161,24 @@ def _compact_missing_model(ctx: Context, check: Check) -> None:
     check.expect(ex.status in (400, 422), f"Expected HTTP 400 or 422 but got {ex.status}: {ex.text[:120]}")
 
 
+def _one_page_pdf(text: str) -> bytes:
+    """A one-page PDF as small generators (and the Open Responses compliance suite's own
+    fixture) write it: objects, a trailer, no cross-reference table, no ``startxref``."""
+    stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
+               b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R"
+               b"/Resources<</Font<</F1 5 0 R>>>>>>",
+               b"<</Length %d>>\nstream\n%s\nendstream" % (len(stream), stream),
+               b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>"]
+    body = b"".join(b"%d 0 obj\n%s\nendobj\n" % (i, o) for i, o in enumerate(objects, 1))
+    return b"%PDF-1.4\n" + body + b"trailer\n<</Root 1 0 R>>\n%%EOF\n"
+
+
 def _file_input(ctx: Context, check: Check) -> None:
-    data = base64.b64encode(b"Meeting notes: the launch moved to Tuesday.\n").decode()
+    pdf = base64.b64encode(_one_page_pdf("Meeting notes: the launch moved to Tuesday.")).decode()
     content = [{"type": "input_text", "text": "What day is the launch, according to the file?"},
-               {"type": "input_file", "filename": "notes.txt",
-                "file_data": f"data:text/plain;base64,{data}"}]
+               {"type": "input_file", "filename": "notes.pdf",
+                "file_data": f"data:application/pdf;base64,{pdf}"}]
     _simple({"input": [{"type": "message", "role": "user", "content": content}]})(ctx, check)
 
 

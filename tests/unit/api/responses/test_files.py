@@ -49,6 +49,27 @@ def test_pdf_pages_by_media_type_extension_or_magic() -> None:
         assert want in text and "2 pages" in text
 
 
+def _bare_pdf(text: str, *, trailer: bool) -> bytes:
+    """A one-page PDF written by hand with no cross-reference table and no ``startxref`` (and
+    without a trailer if asked), as small generators and the Open Responses compliance suite's
+    fixture write them."""
+    content = f"BT /F1 24 Tf 100 700 Td ({text}) Tj ET".encode()
+    objects = [b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
+               b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R"
+               b"/Resources<</Font<</F1 5 0 R>>>>>>",
+               b"<</Length %d>>\nstream\n%s\nendstream" % (len(content), content),
+               b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>"]
+    out = b"%PDF-1.4\n" + b"".join(b"%d 0 obj\n%s\nendobj\n" % (i, o) for i, o in enumerate(objects, 1))
+    return out + (b"trailer\n<</Root 1 0 R>>\n" if trailer else b"") + b"%%EOF\n"
+
+
+@pytest.mark.parametrize("trailer", [True, False])
+def test_a_pdf_without_cross_reference_table_is_read_as_viewers_read_it(trailer: bool) -> None:
+    text = extract({"filename": "notes.pdf", "file_data": _b64(_bare_pdf("Launch on Tuesday.",
+                                                                         trailer=trailer))}, P)
+    assert "Launch on Tuesday." in text and "1 page" in text
+
+
 @pytest.mark.parametrize(("part", "param", "message"), [
     ({"file_id": "file-123"}, P + ".file_id", "no Files API"),
     ({"file_url": "http://169.254.169.254/latest/meta-data/"}, P + ".file_url", "does not fetch"),
