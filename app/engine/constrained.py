@@ -1,14 +1,17 @@
-"""A response format's JSON schema enforced on the final answer only (Harmony models).
+"""A response format's JSON schema enforced on the answer only (Harmony, chat templates).
 
-A gpt-oss answer reasons first (``analysis``) and answers in a ``final`` message; only that
-message must be the schema's JSON.  A backend constrains a whole generation (llama.cpp's
+A gpt-oss answer reasons first (``analysis``) and answers in a ``final`` message; a template
+model may think first (``<think>...</think>``) or call a tool instead of answering; only the
+answer must be the schema's JSON.  A backend constrains a whole generation (llama.cpp's
 ``json_schema`` grammar, vLLM's structured outputs), and the lazy grammars that start at a
 trigger differ between llama.cpp versions in what text they feed the grammar, so the
 gateway constrains the answer in two requests over token ids:
 
-1. the prompt as rendered, unconstrained, until the model has written the final message's
-   header (``<|channel|>final ... <|message|>``, found by the format's watch); that request
-   is then closed;
+1. the prompt as rendered, unconstrained, until the format's watch (:class:`AnswerWatch`)
+   sees the answer start: Harmony's final message header (``<|channel|>final ...
+   <|message|>``), a template's end of reasoning, or the first text that is neither
+   reasoning nor a tool call (held back until it is known, then dropped); that request is
+   then closed.  A tool call is never constrained: the model keeps its tools;
 2. the prompt plus every token generated so far, with ``json_schema``: everything the model
    writes now is the final message's body, constrained to the schema, ended by the model's
    end token once the JSON is complete.  The backend's prompt cache makes the second prompt
@@ -21,39 +24,29 @@ already opens the final message (a prefill) is constrained from its first token.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from adapters.base import Backend
+from app.core.answer import HOLD, RESTART, AnswerWatch, WatchesAnswer
 from app.core.conversation import GenerationParams
 from app.core.output import Chunk, Finish, Usage
 from app.core.prompt import Prompt
 
 
-class AnswerWatch(Protocol):
-    def feed(self, ids: Sequence[int]) -> int | None:
-        """Index in ``ids`` right after the final answer's header, once; else None."""
-        ...
-
-
-@runtime_checkable
-class WatchesAnswer(Protocol):
-    """A prompt format that can tell where the final answer starts in its token ids."""
-
-    def answer_watch(self) -> AnswerWatch: ...
-
-
 def answer_chunks(backend: Backend, fmt: object, prompt: Prompt, params: GenerationParams,
                   schema: dict[str, Any] | None) -> AsyncIterator[Chunk]:
-    """The backend's chunks for ``prompt``, with ``schema`` enforced on the final answer
-    where the format can find it and the backend takes token ids and a JSON schema."""
+    """The backend's chunks for ``prompt``, with ``schema`` enforced on the answer where
+    the format can find it and the backend takes token ids and a JSON schema."""
     if (schema is None or prompt.token_ids is None or prompt.json_schema is not None
             or not isinstance(fmt, WatchesAnswer) or not backend.capabilities.json_schema
             or not backend.capabilities.token_ids):
         return backend.stream(prompt, params)
-    watch = fmt.answer_watch()
-    if watch.feed(prompt.prefill_ids) is not None:  # the prompt itself opens the answer
+    watch = fmt.answer_watch(prompt)
+    if watch is None:
+        return backend.stream(prompt, params)
+    if watch.at_start():
         return backend.stream(replace(prompt, json_schema=schema), params)
     return _two_requests(backend, prompt, params, schema, watch)
 
@@ -71,21 +64,31 @@ async def _two_requests(backend: Backend, prompt: Prompt, params: GenerationPara
                         schema: dict[str, Any], watch: AnswerWatch) -> AsyncIterator[Chunk]:
     assert prompt.token_ids is not None
     generated: list[int] = []
+    held: list[Chunk] = []
     first = backend.stream(prompt, params)
     try:
         async for chunk in first:
-            cut = watch.feed(chunk.token_ids)
-            if cut is None:
-                generated += chunk.token_ids
-                yield chunk
-                if chunk.finish is not None:
-                    return  # ended before any final answer (a tool call, the budget, ...)
+            cut = watch.feed(chunk)
+            if cut == HOLD and chunk.finish is None:
+                held.append(chunk)
                 continue
-            head = _cut(chunk, cut)
-            generated += head.token_ids
-            yield head
+            if cut is None or cut == HOLD:  # passed on (a HOLD at the end: nothing more comes)
+                for piece in (*held, chunk):
+                    generated += piece.token_ids
+                    yield piece
+                held = []
+                if chunk.finish is not None:
+                    return  # ended before any answer (a tool call, the budget, ...)
+                continue
+            if cut != RESTART:
+                assert isinstance(cut, int)
+                for piece in (*held, _cut(chunk, cut)):
+                    generated += piece.token_ids
+                    yield piece
             break
         else:
+            for piece in held:
+                yield piece
             return
     finally:
         aclose = getattr(first, "aclose", None)

@@ -25,7 +25,7 @@ from app.core.conversation import Conversation, GenerationParams
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.chat.parse import DeltaParser
-from app.formats.harmony.answer import FinalHeaderWatch
+from app.formats.harmony.answer import HarmonyAnswerWatch
 from app.formats.harmony.parse import HarmonyEventParser
 from app.formats.harmony.render import HarmonyOptions, render_harmony
 from app.formats.harmony.vocab import VOCAB_SIZE
@@ -34,8 +34,9 @@ from app.formats.openchatml.render import OpenChatMLOptions, render_openchatml
 from app.formats.parsing.base import EventParser
 from app.formats.parsing.text import TextEventParser
 from app.formats.template.analysis.analysis import analyze
-from app.formats.template.analysis.result import ReasoningMode
+from app.formats.template.analysis.result import ContentMode, ReasoningMode
 from app.formats.template.analysis.tools import ToolFormat
+from app.formats.template.answer import TemplateAnswerWatch, call_triggers
 from app.formats.template.parse import template_decoder
 from app.formats.template.render import render_segments
 
@@ -73,9 +74,9 @@ class HarmonyFormat:
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         return HarmonyEventParser(prompt_tokens, prompt.prefill_ids)
 
-    def answer_watch(self) -> FinalHeaderWatch:
+    def answer_watch(self, prompt: Prompt) -> HarmonyAnswerWatch:
         """Where the final answer starts (a response format constrains only that part)."""
-        return FinalHeaderWatch()
+        return HarmonyAnswerWatch(prompt.prefill_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +105,21 @@ class TemplateFormat:
         segments = render_segments(self.source, conv, bos_token=self.bos_token,
                                    eos_token=self.eos_token, caps=analysis.caps, variables=variables)
         rf = conv.response_format
-        if rf is not None and analysis.reasoning.mode != ReasoningMode.NONE:
-            raise InvalidRequest("response_format json_schema is not available for this model: its "
-                                 "output has reasoning around the answer, so the whole output cannot "
-                                 "be constrained to the schema.", param="response_format")
+        if rf is not None and analysis.content.mode is not ContentMode.PLAIN:
+            raise InvalidRequest("response_format is not available for this model: its chat "
+                                 "template wraps the answer in markers, so the answer cannot be "
+                                 "constrained to the schema.", param="response_format")
+        offers_tools = bool(conv.tools) and params.tool_choice.mode != "none"
+        # Reasoning or tools around the answer: only the answer is constrained, found by
+        # answer_watch (app/engine/constrained.py); otherwise the whole output is the answer.
+        whole = rf is not None and analysis.reasoning.mode is ReasoningMode.NONE and not (
+            offers_tools and call_triggers(analysis))
         return Prompt(token_ids=None, segments=segments, tools=conv.tools,
-                      json_schema=rf.schema if rf else None)
+                      json_schema=rf.schema if rf is not None and whole else None)
+
+    def answer_watch(self, prompt: Prompt) -> TemplateAnswerWatch:
+        tail = prompt.segments[-1][0] if prompt.segments and prompt.segments[-1][1] else ""
+        return TemplateAnswerWatch(analyze(self.source), tail, bool(prompt.tools))
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         decoder = template_decoder(self.source, prompt.segments, tools=prompt.tools,

@@ -35,8 +35,11 @@ def tokenize(text: str, special: bool, leaky: frozenset[str] = frozenset()) -> l
 
 class FakeTemplateLlamaCpp:
     def __init__(self, answer: list[str], *, leaky: frozenset[str] = frozenset(),
-                 stop_type: str = "eos") -> None:
+                 stop_type: str = "eos", constrained: list[str] | None = None) -> None:
+        """``constrained``: the answer to a request with a ``json_schema`` (what a grammar
+        lets the model write), when it differs from ``answer``."""
         self.answer = answer
+        self.constrained = constrained
         self.leaky = leaky
         self.stop_type = stop_type
         self.completions: list[dict[str, Any]] = []
@@ -53,22 +56,24 @@ class FakeTemplateLlamaCpp:
             return httpx.Response(200, json={"tokens": tokenize(
                 body["content"], bool(body.get("parse_special", True)), self.leaky)})
         self.completions.append(body)
-        events = [b"data: " + json.dumps(self._event(n, piece, int(body.get("n_probs", 0)))).encode()
-                  + b"\n\n" for n, piece in enumerate(self.answer)]
+        answer = self.constrained if self.constrained is not None and "json_schema" in body else self.answer
+        offset = 100 * (len(self.completions) - 1)  # token ids differ per request
+        events = [b"data: " + json.dumps(self._event(n, piece, int(body.get("n_probs", 0)), offset))
+                  .encode() + b"\n\n" for n, piece in enumerate(answer)]
         events.append(b"data: " + json.dumps({
             "content": "", "tokens": [], "stop": True, "stop_type": self.stop_type,
-            "tokens_predicted": len(self.answer), "tokens_evaluated": len(body["prompt"]),
+            "tokens_predicted": len(answer), "tokens_evaluated": len(body["prompt"]),
             "timings": {"cache_n": 0}}).encode() + b"\n\n")
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
                               stream=RecordedBody(events, lambda: None))
 
     @staticmethod
-    def _event(n: int, piece: str, n_probs: int) -> dict[str, Any]:
+    def _event(n: int, piece: str, n_probs: int, offset: int = 0) -> dict[str, Any]:
         """One token's event; with ``n_probs``, its ``completion_probabilities`` in the shape of
         the recording ``llamacpp/03b_completion_tokenids_stream_n_probs2``."""
-        event: dict[str, Any] = {"content": piece, "tokens": [3000 + n], "stop": False}
+        event: dict[str, Any] = {"content": piece, "tokens": [3000 + offset + n], "stop": False}
         if n_probs:
-            item = {"id": 3000 + n, "token": piece, "bytes": list(piece.encode()),
+            item = {"id": 3000 + offset + n, "token": piece, "bytes": list(piece.encode()),
                     "logprob": -0.25 * n}
             event["completion_probabilities"] = [{**item, "top_logprobs": [item][:n_probs]}]
         return event

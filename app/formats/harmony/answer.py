@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.core.output import Chunk
 from app.formats.harmony.header import CONSTRAIN_MARKER, HarmonyFormatError, decode_header
 from app.formats.harmony.vocab import CALL, END, MESSAGE, RETURN, START
 
@@ -52,3 +53,18 @@ class FinalHeaderWatch:
         # "final <|constrain|>json": the content type reads as a recipient (openai-harmony)
         content_type_only = got.recipient is None or got.recipient.startswith(CONSTRAIN_MARKER)
         return got.role == "assistant" and got.channel == "final" and content_type_only
+
+
+class HarmonyAnswerWatch:
+    """:class:`FinalHeaderWatch` as the engine's ``AnswerWatch`` (see
+    :mod:`app.engine.constrained`): token ids only, never held back."""
+
+    def __init__(self, prefill_ids: Sequence[int]) -> None:
+        self._watch = FinalHeaderWatch()
+        self._at_start = self._watch.feed(prefill_ids) is not None
+
+    def at_start(self) -> bool:
+        return self._at_start
+
+    def feed(self, chunk: Chunk) -> int | None:
+        return self._watch.feed(chunk.token_ids)

@@ -12,6 +12,7 @@ from app.cli.conformance.responses import HEART_PNG
 from app.engine.registry import builtin_template
 from tests.support.fake_template_llamacpp import MARKERS, FakeTemplateLlamaCpp
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.paths import FIXTURES
 
 TEMPLATE = {"prompt_format": "template",
             "template": {"builtin": "gemma3", "bos_token": "<bos>", "eos_token": "<eos>"}}
@@ -164,3 +165,59 @@ async def test_logprobs_cover_the_answer_tokens() -> None:
     assert [c["token"] for c in content] == ["Par", "is"]
     assert [c["logprob"] for c in content] == [0.0, -0.25]
     assert [len(c["top_logprobs"]) for c in content] == [1, 1]
+
+
+QWQ = str(FIXTURES / "templates" / "Qwen-QwQ-32B.jinja")
+HERMES = str(FIXTURES / "templates" / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "obj", "schema": SCHEMA, "strict": True}}
+
+
+def _template(path: str) -> Any:
+    return config(prompt_format="template", template={"path": path})
+
+
+async def test_a_reasoning_model_thinks_freely_then_answers_in_the_schema() -> None:
+    """QwQ's prompt opens <think> (with thinking on; off, the template closes it and the answer
+    is constrained from the first token): the first request runs until </think>, the second
+    (prompt + what was generated) is constrained to the schema."""
+    fake = FakeTemplateLlamaCpp(["I should", " say a=1.", "</think>", "\n\n", "Sure! a is 1"],
+                                constrained=['{"a"', ": 1}"])
+    async with gateway(fake.transport(), _template(QWQ)) as client:
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "json please"}],
+            "response_format": JSON_FORMAT, "reasoning_effort": "high"})
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    assert message["content"] == '{"a": 1}', message
+    assert message["reasoning_content"] == "I should say a=1."
+    first, second = fake.completions
+    assert "json_schema" not in first and second["json_schema"] == SCHEMA
+    assert second["prompt"] == [*first["prompt"], 3000, 3001, 3002]  # through </think>
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_with_tools_and_a_schema_the_model_may_still_call_a_tool(stream: bool) -> None:
+    """Hermes (no reasoning): a tool call is never constrained; an answer is."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    call = ["<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', "</tool_call>"]
+    fake = FakeTemplateLlamaCpp(call, constrained=['{"a": 2}'])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [tool],
+            "response_format": JSON_FORMAT}
+    async with gateway(fake.transport(), _template(HERMES)) as client:
+        r = await client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert len(fake.completions) == 1 and "json_schema" not in fake.completions[0]
+        fake.answer = ["The", " weather is nice."]  # now the model answers in text: regenerated
+        r = await client.post("/v1/chat/completions", json={**body, "stream": stream})
+    assert r.status_code == 200, r.text
+    if stream:
+        events = sse_payloads(r.text)
+        text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+    else:
+        text = r.json()["choices"][0]["message"]["content"]
+    assert text == '{"a": 2}'
+    assert "json_schema" not in fake.completions[1] and fake.completions[2]["json_schema"] == SCHEMA
+    assert fake.completions[2]["prompt"] == fake.completions[1]["prompt"]  # "The" was dropped
