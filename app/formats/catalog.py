@@ -37,6 +37,7 @@ from app.formats.template.analysis.analysis import analyze
 from app.formats.template.analysis.result import ContentMode, ReasoningMode
 from app.formats.template.analysis.tools import ToolFormat
 from app.formats.template.answer import TemplateAnswerWatch, call_triggers
+from app.formats.template.forced import Prefilled, call_prefill
 from app.formats.template.parse import template_decoder
 from app.formats.template.render import render_segments
 
@@ -109,6 +110,11 @@ class TemplateFormat:
             raise InvalidRequest("response_format is not available for this model: its chat "
                                  "template wraps the answer in markers, so the answer cannot be "
                                  "constrained to the schema.", param="response_format")
+        tail = segments[-1][0] if segments and segments[-1][1] else ""
+        prefill = call_prefill(self.source, analysis, params, conv.tools, tail)  # a forced call, opened
+        if prefill:
+            return Prompt(token_ids=None, segments=(*segments, (prefill, True)), tools=conv.tools,
+                          prefill_text=prefill)
         offers_tools = bool(conv.tools) and params.tool_choice.mode != "none"
         # Reasoning or tools around the answer: only the answer is constrained, found by
         # answer_watch (app/engine/constrained.py); otherwise the whole output is the answer.
@@ -117,13 +123,17 @@ class TemplateFormat:
         return Prompt(token_ids=None, segments=segments, tools=conv.tools,
                       json_schema=rf.schema if rf is not None and whole else None)
 
-    def answer_watch(self, prompt: Prompt) -> TemplateAnswerWatch:
+    def answer_watch(self, prompt: Prompt) -> TemplateAnswerWatch | None:
+        if prompt.prefill_text:
+            return None  # a forced call is never constrained to the response format
         tail = prompt.segments[-1][0] if prompt.segments and prompt.segments[-1][1] else ""
         return TemplateAnswerWatch(analyze(self.source), tail, bool(prompt.tools))
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         decoder = template_decoder(self.source, prompt.segments, tools=prompt.tools,
                                    eos_token=self.eos_token)
+        if prompt.prefill_text:
+            return TextEventParser(Prefilled(decoder, prompt.prefill_text), prompt_tokens)
         return TextEventParser(decoder, prompt_tokens)
 
 

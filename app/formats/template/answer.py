@@ -23,22 +23,9 @@ from app.core.answer import HOLD, RESTART, Cut
 from app.core.output import Chunk
 from app.formats.template.analysis.result import ReasoningMode, TemplateAnalysis
 from app.formats.template.analysis.tools import ToolFormat
+from app.formats.template.forced import in_reasoning
 
 _MAX_UNDECIDED = 256  # characters held back at the start before the answer is taken as begun
-
-
-def _starts_in_reasoning(a: TemplateAnalysis, prompt_tail: str) -> bool:
-    if a.reasoning.mode is ReasoningMode.DELIMITER:
-        return True
-    start, end = a.reasoning.start, a.reasoning.end
-    tail = prompt_tail.rstrip()
-    if end and tail.endswith(end):
-        return False
-    if start and tail.endswith(start):
-        return True
-    # FORCED_OPEN: the template opens reasoning in the prompt; this prompt did not say
-    # either way, so output until the end marker may be reasoning all the same.
-    return a.reasoning.mode is ReasoningMode.FORCED_OPEN and bool(end)
 
 
 def call_triggers(a: TemplateAnalysis) -> tuple[str, ...]:
@@ -55,7 +42,7 @@ class TemplateAnswerWatch:
         self._start = analysis.reasoning.start
         self._end = analysis.reasoning.end
         self._triggers = call_triggers(analysis) if tools else ()
-        self._reasoning = _starts_in_reasoning(analysis, prompt_tail)
+        self._reasoning = in_reasoning(analysis, prompt_tail)
         self._done = False
         self._buf = ""
         prompt_closed = bool(self._end) and prompt_tail.rstrip().endswith(self._end)

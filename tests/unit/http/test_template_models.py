@@ -221,3 +221,27 @@ async def test_with_tools_and_a_schema_the_model_may_still_call_a_tool(stream: b
     assert text == '{"a": 2}'
     assert "json_schema" not in fake.completions[1] and fake.completions[2]["json_schema"] == SCHEMA
     assert fake.completions[2]["prompt"] == fake.completions[1]["prompt"]  # "The" was dropped
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+async def test_a_forced_tool_choice_is_a_call_on_a_template_model(choice: Any) -> None:
+    """The prompt ends with the call's opening (app/formats/template/forced.py); the model
+    writes only the rest of the call."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    rest = ('get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' if choice == "required"
+            else '", "arguments": {"city": "Paris"}}\n</tool_call>')
+    fake = FakeTemplateLlamaCpp([rest])
+    async with gateway(fake.transport(), _template(HERMES)) as client:
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [tool, other],
+            "tool_choice": choice})
+    assert r.status_code == 200, r.text
+    choice0 = r.json()["choices"][0]
+    assert choice0["finish_reason"] == "tool_calls"
+    assert choice0["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                               "arguments": '{"city": "Paris"}'}
+    prompt = "".join(chr(t - 1000) for t in fake.completions[0]["prompt"] if t >= 1000)
+    opened = '<tool_call>\n{"name": "' + ("" if choice == "required" else "get_weather")
+    assert prompt.endswith(opened), prompt
