@@ -177,8 +177,9 @@ class LlamaCppBackend(HttpBackend):
         self._vision: tuple[bool, float] | None = None  # (every replica sees, when asked)
         self._prefix: tuple[str, list[int]] | None = None  # what the server puts in front (BOS)
 
-    async def chat_template(self) -> tuple[str, str, str]:
-        """(chat_template, bos_token, eos_token) from the first replica's ``GET /props``."""
+    async def chat_template(self) -> tuple[str, str, str, str]:
+        """(chat_template, bos_token, eos_token, chat_template_tool_use or "") from the first
+        replica's ``GET /props``."""
         base = self.base_urls[0]
         try:
             response = await self._client.get(f"{base}/props")
@@ -190,7 +191,9 @@ class LlamaCppBackend(HttpBackend):
         template = props.get("chat_template") if isinstance(props, dict) else None
         if not isinstance(template, str) or not template:
             raise UpstreamError(f"The backend at {base} reports no chat template in /props.")
-        return template, str(props.get("bos_token") or ""), str(props.get("eos_token") or "")
+        tool_use = props.get("chat_template_tool_use")
+        return (template, str(props.get("bos_token") or ""), str(props.get("eos_token") or ""),
+                tool_use if isinstance(tool_use, str) else "")
 
     async def _tokenize(self, text: str, special: bool, add_special: bool = False) -> list[dict[str, Any]]:
         body = {"content": text, "add_special": add_special, "parse_special": special,

@@ -173,14 +173,17 @@ class ChatFormat:
         return DeltaParser(prompt_tokens)
 
 
-TemplateFetcher = Callable[[], Awaitable[tuple[str, str, str]]]
+# (chat_template, bos_token, eos_token, chat_template_tool_use or "")
+TemplateFetcher = Callable[[], Awaitable[tuple[str, str, str, str]]]
 
 
 class BackendTemplateFormat:
     """A template format whose template comes from the backend (llama.cpp ``/props``).
 
     Fetched on first use, not at startup, so the gateway starts before its backends;
-    a failed fetch is retried by the next request.
+    a failed fetch is retried by the next request.  A model that also carries a
+    ``chat_template_tool_use`` (Hermes-2-Pro / 3, Command-R GGUFs) renders requests with
+    tools through it, as ``transformers`` does; its output is parsed by the same one.
     """
 
     name = "template"
@@ -188,6 +191,7 @@ class BackendTemplateFormat:
     def __init__(self, fetch: TemplateFetcher) -> None:
         self._fetch = fetch
         self._format: TemplateFormat | None = None
+        self._tool_use: TemplateFormat | None = None
         self._lock = asyncio.Lock()
 
     async def prepare(self) -> None:
@@ -195,16 +199,21 @@ class BackendTemplateFormat:
             return
         async with self._lock:
             if self._format is None:
-                source, bos, eos = await self._fetch()
+                source, bos, eos, tool_use = await self._fetch()
+                if tool_use:
+                    self._tool_use = TemplateFormat(tool_use, bos_token=bos, eos_token=eos)
                 self._format = TemplateFormat(source, bos_token=bos, eos_token=eos)
 
-    def _ready(self) -> TemplateFormat:
+    def _ready(self, tools: bool = False) -> TemplateFormat:
         if self._format is None:  # pragma: no cover - the pipeline always prepares first
             raise RuntimeError("BackendTemplateFormat used before prepare()")
-        return self._format
+        return self._tool_use if tools and self._tool_use is not None else self._format
 
     def render(self, conv: Conversation, params: GenerationParams) -> Prompt:
-        return self._ready().render(conv, params)
+        return self._ready(bool(conv.tools)).render(conv, params)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
-        return self._ready().parser(prompt, prompt_tokens)
+        return self._ready(bool(prompt.tools)).parser(prompt, prompt_tokens)
+
+    def answer_watch(self, prompt: Prompt) -> TemplateAnswerWatch | None:
+        return self._ready(bool(prompt.tools)).answer_watch(prompt)

@@ -245,3 +245,32 @@ async def test_a_forced_tool_choice_is_a_call_on_a_template_model(choice: Any) -
     prompt = "".join(chr(t - 1000) for t in fake.completions[0]["prompt"] if t >= 1000)
     opened = '<tool_call>\n{"name": "' + ("" if choice == "required" else "get_weather")
     assert prompt.endswith(opened), prompt
+
+
+async def test_chat_template_tool_use_from_props_renders_requests_with_tools() -> None:
+    """A Hermes-3 GGUF carries two templates; llama.cpp reports the second as
+    ``chat_template_tool_use``: requests with tools use it (and its call syntax is parsed)."""
+    fake = FakeTemplateLlamaCpp(["<tool_call>", '\n{"name": "get_time", "arguments": {}}\n', "</tool_call>"])
+    tool_use = (FIXTURES / "templates" / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").read_text()
+
+    def handler(request: Any) -> Any:
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"chat_template": builtin_template("gemma3"),
+                                             "chat_template_tool_use": tool_use,
+                                             "bos_token": "<bos>", "eos_token": "<eos>"})
+        return fake(request)
+
+    cfg = config(prompt_format="template", template={"from_backend": True})
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    async with gateway(httpx.MockTransport(handler), cfg) as client:
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "time?"}], "tools": [tool]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+        fake.answer = ["Hi"]
+        r = await client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
+        assert r.json()["choices"][0]["message"]["content"] == "Hi"
+    with_tools, without = ("".join(chr(t - 1000) for t in c["prompt"] if t >= 1000) for c in fake.completions)
+    assert "<tools>" in with_tools and "get_time" in with_tools  # Hermes' tool prompt
+    assert "<tools>" not in without and fake.completions[1]["prompt"][1] == MARKERS["<start_of_turn>"]
