@@ -7,10 +7,14 @@ OpenAI SDKs' typed event parsers, and every agent framework built on them) uses
 names it parses, so nothing is silently dropped:
 
 * ``ocm-event-dialect: openai | openresponses`` on the request decides;
-* otherwise ``[responses] event_dialect`` (``auto`` by default): ``auto`` answers OpenAI's
-  SDKs (they identify themselves with ``x-stainless-*`` headers and an ``OpenAI/...``
-  user agent) in OpenAI's names, and everything else, the Open Responses compliance suite
-  and raw HTTP clients included, in the spec's.
+* otherwise ``[responses] event_dialect`` (``auto`` by default): ``auto`` answers the
+  clients known to parse OpenAI's names in them, and everything else, the Open Responses
+  compliance suite and raw HTTP clients included, in the spec's.  Known, by what they send
+  (measured; the README has the table): OpenAI's SDKs and everything built on them (the
+  Agents SDK, pydantic-ai, LangChain, instructor) send ``x-stainless-*`` headers and an
+  ``OpenAI/...`` user agent; the Codex CLI sends ``originator: codex_exec`` (or
+  ``codex_cli_rs``) and a ``codex_...`` user agent; litellm's own HTTP client a
+  ``litellm/...`` user agent.
 
 In the OpenAI dialect the error event carries both shapes (flat fields for the SDK, the
 nested ``error`` object for clients that read that).
@@ -45,6 +49,11 @@ def choose(setting: str, headers: Mapping[str, str]) -> EventDialect:
         return asked
     if setting in DIALECTS:
         return DIALECTS[setting]
-    from_openai_sdk = ("x-stainless-lang" in headers
-                       or headers.get("user-agent", "").startswith(("OpenAI/", "AsyncOpenAI/")))
-    return OPENAI if from_openai_sdk else OPEN_RESPONSES
+    agent = headers.get("user-agent", "").lower()
+    openai_shaped = ("x-stainless-lang" in headers or "originator" in headers
+                     or agent.startswith(OPENAI_AGENTS))
+    return OPENAI if openai_shaped else OPEN_RESPONSES
+
+
+# User agents (lowercased prefixes) of clients that parse OpenAI's event names.
+OPENAI_AGENTS = ("openai/", "asyncopenai/", "codex", "litellm/")

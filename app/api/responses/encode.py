@@ -8,7 +8,11 @@ construction the fold of the events.  Item mapping:
 * reasoning → ``reasoning`` item with one ``reasoning_text`` content part
   (``response.reasoning.delta`` / ``.done``; OpenAI's SDKs get ``response.reasoning_text.*``,
   see :mod:`app.api.responses.dialect`), and its sealed ``encrypted_content`` when the
-  request includes ``reasoning.encrypted_content``;
+  request includes ``reasoning.encrypted_content``; with ``reasoning.summary`` one
+  ``summary_text`` part too (``response.reasoning_summary_part.*`` /
+  ``response.reasoning_summary_text.*``): ``auto`` and ``detailed`` stream the reasoning
+  itself as its summary, ``concise`` gives a bounded excerpt when the reasoning ends
+  (:func:`concise`); no second generation is made;
 * preamble → assistant ``message`` with ``phase: "commentary"``;
 * final text → assistant ``message`` with ``phase: "final_answer"``;
 * tool call → ``function_call`` item (``response.function_call_arguments.*``), with
@@ -45,6 +49,19 @@ def usage_body(usage: Usage) -> Json:
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
 
 
+CONCISE_CHARS = 400
+
+
+def concise(text: str) -> str:
+    """A bounded excerpt of a reasoning: its opening sentences up to :data:`CONCISE_CHARS`."""
+    text = " ".join(text.split())
+    if len(text) <= CONCISE_CHARS:
+        return text
+    cut = text[:CONCISE_CHARS]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    return (cut[:end + 1] if end >= CONCISE_CHARS // 4 else cut.rsplit(" ", 1)[0]) + " …"
+
+
 @dataclass
 class _Open:
     """The output item currently being streamed."""
@@ -54,21 +71,24 @@ class _Open:
     item: Json
     text: list[str] = field(default_factory=list)
     logprobs: list[Json] = field(default_factory=list)
+    summary_open: bool = False
 
 
 class ResponsesEncoder:
     def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
                  seal: Callable[[str], str] | None = None,
-                 tools: Mapping[str, WireTool] | None = None) -> None:
+                 tools: Mapping[str, WireTool] | None = None, summary: str | None = None) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
         reasoning item's ``encrypted_content`` from its text; ``tools``: model-facing tool
-        names → the wire shape of their calls (a name not in it is a plain function)."""
+        names → the wire shape of their calls (a name not in it is a plain function);
+        ``summary``: the request's ``reasoning.summary``."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
         self._tools = tools or {}
+        self._summary = summary
         self._seq = 0
         self._open: _Open | None = None
         self.terminal = False
@@ -171,11 +191,34 @@ class ResponsesEncoder:
             events.append(self._event("response.content_part.done", item_id=item["id"],
                                       output_index=idx, content_index=0, part=part))
             item["content"] = [part]
+            if cur.kind == "reasoning" and self._summary is not None and text:
+                events += self._summary_done(cur, text)
             if cur.kind == "reasoning" and self._seal is not None:
                 item["encrypted_content"] = self._seal(text)
         item["status"] = status
         events.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
         return events
+
+    def _summary_added(self, cur: _Open) -> list[Json]:
+        cur.summary_open = True
+        return [self._event("response.reasoning_summary_part.added", item_id=cur.item["id"],
+                            output_index=cur.index, summary_index=0,
+                            part={"type": "summary_text", "text": ""})]
+
+    def _summary_done(self, cur: _Open, text: str) -> list[Json]:
+        events: list[Json] = []
+        if self._summary == "concise":
+            text = concise(text)
+            events += self._summary_added(cur)
+            events.append(self._event("response.reasoning_summary_text.delta", item_id=cur.item["id"],
+                                      output_index=cur.index, summary_index=0, delta=text))
+        part = {"type": "summary_text", "text": text}
+        cur.item["summary"] = [part]
+        return [*events,
+                self._event("response.reasoning_summary_text.done", item_id=cur.item["id"],
+                            output_index=cur.index, summary_index=0, text=text),
+                self._event("response.reasoning_summary_part.done", item_id=cur.item["id"],
+                            output_index=cur.index, summary_index=0, part=part)]
 
     def _delta(self, text: str, logprobs: list[Json] | None = None) -> list[Json]:
         cur = self._open
@@ -188,8 +231,14 @@ class ResponsesEncoder:
         if cur.kind == "custom":
             return []
         if cur.kind == "reasoning":
-            return [self._event(self._dialect.reasoning_delta, item_id=item_id, output_index=idx,
-                                content_index=0, delta=text)]
+            events = [self._event(self._dialect.reasoning_delta, item_id=item_id, output_index=idx,
+                                  content_index=0, delta=text)]
+            if self._summary in ("auto", "detailed"):  # the reasoning is its own summary, live
+                if not cur.summary_open:
+                    events += self._summary_added(cur)
+                events.append(self._event("response.reasoning_summary_text.delta", item_id=item_id,
+                                          output_index=idx, summary_index=0, delta=text))
+            return events
         cur.logprobs.extend(logprobs or [])
         return [self._event("response.output_text.delta", item_id=item_id, output_index=idx,
                             content_index=0, delta=text, logprobs=logprobs or [])]

@@ -65,7 +65,8 @@ def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: st
         "presence_penalty": body.presence_penalty or 0.0, "frequency_penalty": body.frequency_penalty or 0.0,
         "top_logprobs": body.top_logprobs or 0,
         "temperature": body.temperature if body.temperature is not None else 1.0,
-        "reasoning": {"effort": plan.reasoning_effort, "summary": None}, "usage": None,
+        "reasoning": {"effort": plan.reasoning_effort,
+                      "summary": body.reasoning.summary if body.reasoning else None}, "usage": None,
         "max_output_tokens": body.max_output_tokens, "max_tool_calls": body.max_tool_calls,
         "store": body.store, "background": body.background, "service_tier": body.service_tier,
         "metadata": body.metadata or {}, "safety_identifier": body.safety_identifier,
@@ -213,7 +214,8 @@ class ResponsesService:
                 resource["ocm:truncation"] = {"dropped_messages": plan.dropped_messages}
             if conversation is not None:
                 resource["conversation"] = {"id": conversation}
-            return ResponsesEncoder(resource, dialect, seal, request_tools.wire)
+            summary = body.reasoning.summary if body.reasoning else None
+            return ResponsesEncoder(resource, dialect, seal, request_tools.wire, summary)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None

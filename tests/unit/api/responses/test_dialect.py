@@ -19,6 +19,12 @@ SDK = {"user-agent": "OpenAI/Python 2.8.1", "x-stainless-lang": "python", "x-sta
 @pytest.mark.parametrize(("setting", "headers", "expected"), [
     ("auto", SDK, OPENAI),
     ("auto", {"user-agent": "curl/8.5"}, OPEN_RESPONSES),
+    # tests/fixtures/codex/first_request.json: what the Codex CLI 0.169 sends
+    ("auto", {"originator": "codex_exec", "user-agent": "codex_exec/0.169.0 (Debian 12.0.0; x86_64)"},
+     OPENAI),
+    ("auto", {"user-agent": "codex_cli_rs/0.169.0"}, OPENAI),
+    ("auto", {"user-agent": "litellm/1.80.0"}, OPENAI),  # litellm's own HTTP client
+    ("auto", {"user-agent": "Bun/1.2.0"}, OPEN_RESPONSES),  # the compliance suite's runtime
     ("auto", {}, OPEN_RESPONSES),
     ("auto", {**SDK, "ocm-event-dialect": "openresponses"}, OPEN_RESPONSES),
     ("openresponses", SDK, OPEN_RESPONSES),
