@@ -18,6 +18,7 @@ client and replica pool:
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -265,6 +266,20 @@ def _floats(vector: list[Any], label: str) -> list[float]:
 class LlamaCppPassthrough(Passthrough):
     tokenizes = True
 
+    async def embed(self, inputs: list[str] | list[list[int]], dimensions: int | None,
+                    ) -> Embeddings:
+        """llama.cpp has no ``dimensions``: the vectors are cut to their first ``dimensions``
+        values and scaled back to unit length, as OpenAI's and Ollama's ``dimensions`` do
+        (meaningful for Matryoshka-trained models, which most current embedders are)."""
+        vectors, tokens = await super().embed(inputs, None)
+        if dimensions is None:
+            return vectors, tokens
+        size = len(vectors[0]) if vectors else 0
+        if dimensions > size:
+            raise InvalidRequest(f"dimensions is {dimensions}, but this model's embeddings have "
+                                 f"{size}.", param="dimensions")
+        return [_shortened(v, dimensions) for v in vectors], tokens
+
     async def prompt(self, value: ClientPrompt, stop: tuple[str, ...]) -> Prompt:
         if isinstance(value, str):  # what /completion does with text: BOS, specials parsed
             ids, _ = await self.tokenize(value, True, False)
@@ -344,6 +359,12 @@ class OllamaPassthrough(Passthrough):
                 isinstance(v, list) for v in vectors):
             raise UpstreamError("Ollama answered /api/embed without one vector per input.")
         return [_floats(v, "Ollama") for v in vectors], int(answer.get("prompt_eval_count") or 0)
+
+
+def _shortened(vector: list[float], dimensions: int) -> list[float]:
+    head = vector[:dimensions]
+    norm = math.sqrt(sum(x * x for x in head))
+    return [x / norm for x in head] if norm > 0 else head
 
 
 def _upstream_model(backend: HttpBackend) -> str:

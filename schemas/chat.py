@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.base import NullMeansDefault
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # "stream": "yes" is not a bool
@@ -138,7 +140,7 @@ ResponseFormat = Annotated[
 ]
 
 
-class ChatCompletionRequest(_Wire):
+class ChatCompletionRequest(NullMeansDefault, _Wire):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)

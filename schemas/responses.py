@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from schemas.base import NullMeansDefault
 
 
 class _Wire(BaseModel):
@@ -324,15 +326,8 @@ class ConversationParam(_Wire):
     id: str
 
 
-class _NullMeansDefault(_Wire):
-    """``"field": null`` is the field left out (OpenAI's SDKs and Codex send explicit nulls)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_nulls(cls, data: Any) -> Any:
-        if isinstance(data, dict) and None in data.values():
-            return {k: v for k, v in data.items() if v is not None}
-        return data
+class _NullMeansDefault(NullMeansDefault, _Wire):
+    pass
 
 
 class CreateResponseBody(_NullMeansDefault):

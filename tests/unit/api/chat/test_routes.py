@@ -164,3 +164,12 @@ async def test_injected_control_tokens_reach_the_model_as_text() -> None:
     assert body_ids == enc.encode(attack, allowed_special=set(), disallowed_special=())
     assert all(t < 199998 for t in body_ids)  # no special / control token ids at all
     assert prompt[-2:] == [200006, 173781]  # ends with <|start|>assistant, nothing injected
+
+
+async def test_explicit_nulls_are_the_defaults() -> None:
+    """OpenAI accepts ``null`` for every optional field (``n``, ``stop``, ``tools``, ...)."""
+    status, body = await _post(Replay("03a_completion_tokenids_stream"), {
+        "messages": USER, "n": None, "stop": None, "tools": None, "tool_choice": None, "seed": None,
+        "stream": None, "temperature": None, "response_format": None})
+    assert status == 200, body
+    assert len(body["choices"]) == 1

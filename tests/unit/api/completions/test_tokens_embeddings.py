@@ -135,3 +135,16 @@ async def test_wrong_method_is_a_405() -> None:
             r = await client.get(path)
             assert r.status_code == 405 and r.headers["allow"] == "POST", path
             assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_llamacpp_dimensions_shorten_and_renormalize() -> None:
+    """llama.cpp ignores ``dimensions``; the gateway cuts the vectors and scales them to unit
+    length (as OpenAI's and Ollama's ``dimensions`` do) instead of passing it on silently."""
+    vectors = {"object": "list", "model": "m", "usage": {"prompt_tokens": 2, "total_tokens": 2},
+               "data": [{"object": "embedding", "index": 0, "embedding": [3.0, 4.0, 12.0]}]}
+    up = Upstream({"/v1/embeddings": (200, vectors)})
+    status, body = await post(up, "/v1/embeddings", {"input": "a", "dimensions": 2})
+    assert status == 200 and body["data"][0]["embedding"] == [0.6, 0.8]
+    assert "dimensions" not in up.bodies("/v1/embeddings")[0]
+    status, body = await post(up, "/v1/embeddings", {"input": "a", "dimensions": 4})
+    assert status == 400 and body["error"]["param"] == "dimensions"
