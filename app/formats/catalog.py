@@ -37,7 +37,7 @@ from app.formats.template.analysis.analysis import analyze
 from app.formats.template.analysis.result import ContentMode, ReasoningMode
 from app.formats.template.analysis.tools import ToolFormat
 from app.formats.template.answer import TemplateAnswerWatch, call_triggers
-from app.formats.template.forced import Prefilled, call_prefill
+from app.formats.template.forced import Prefilled, forced_call
 from app.formats.template.parse import template_decoder
 from app.formats.template.render import render_segments
 
@@ -111,10 +111,11 @@ class TemplateFormat:
                                  "template wraps the answer in markers, so the answer cannot be "
                                  "constrained to the schema.", param="response_format")
         tail = segments[-1][0] if segments and segments[-1][1] else ""
-        prefill = call_prefill(self.source, analysis, params, conv.tools, tail)  # a forced call, opened
-        if prefill:
-            return Prompt(token_ids=None, segments=(*segments, (prefill, True)), tools=conv.tools,
-                          prefill_text=prefill)
+        forced = forced_call(self.source, analysis, params, conv.tools, tail)  # a forced call, opened
+        if forced is not None:
+            return Prompt(token_ids=None, segments=(*segments, (forced.prefill, True)) if forced.prefill
+                          else segments, tools=conv.tools, prefill_text=forced.prefill,
+                          json_schema=forced.schema)
         offers_tools = bool(conv.tools) and params.tool_choice.mode != "none"
         # Reasoning or tools around the answer: only the answer is constrained, found by
         # answer_watch (app/engine/constrained.py); otherwise the whole output is the answer.
@@ -124,7 +125,7 @@ class TemplateFormat:
                       json_schema=rf.schema if rf is not None and whole else None)
 
     def answer_watch(self, prompt: Prompt) -> TemplateAnswerWatch | None:
-        if prompt.prefill_text:
+        if prompt.prefill_text or prompt.json_schema is not None:
             return None  # a forced call is never constrained to the response format
         tail = prompt.segments[-1][0] if prompt.segments and prompt.segments[-1][1] else ""
         return TemplateAnswerWatch(analyze(self.source), tail, bool(prompt.tools))

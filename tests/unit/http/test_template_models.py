@@ -226,13 +226,11 @@ async def test_with_tools_and_a_schema_the_model_may_still_call_a_tool(stream: b
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
 async def test_a_forced_tool_choice_is_a_call_on_a_template_model(choice: Any) -> None:
     """The prompt ends with the call's opening (app/formats/template/forced.py); the model
-    writes only the rest of the call."""
+    writes the call's JSON, constrained to the allowed functions (llama.cpp's json_schema)."""
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}}}}
     other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
-    rest = ('get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' if choice == "required"
-            else '", "arguments": {"city": "Paris"}}\n</tool_call>')
-    fake = FakeTemplateLlamaCpp([rest])
+    fake = FakeTemplateLlamaCpp(['{"name": "get_weather", ', '"arguments": {"city": "Paris"}}'])
     async with gateway(fake.transport(), _template(HERMES)) as client:
         r = await client.post("/v1/chat/completions", json={
             "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": [tool, other],
@@ -243,8 +241,12 @@ async def test_a_forced_tool_choice_is_a_call_on_a_template_model(choice: Any) -
     assert choice0["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
                                                                "arguments": '{"city": "Paris"}'}
     prompt = "".join(chr(t - 1000) for t in fake.completions[0]["prompt"] if t >= 1000)
-    opened = '<tool_call>\n{"name": "' + ("" if choice == "required" else "get_weather")
-    assert prompt.endswith(opened), prompt
+    assert prompt.endswith("<|im_start|>assistant\n<tool_call>\n"), prompt[-80:]
+    schema = fake.completions[0]["json_schema"]
+    calls = schema.get("anyOf", [schema])
+    names = ["get_weather", "get_time"] if choice == "required" else ["get_weather"]
+    assert [c["properties"]["name"] for c in calls] == [{"const": n} for n in names]
+    assert calls[0]["properties"]["arguments"] == tool["function"]["parameters"]
 
 
 async def test_chat_template_tool_use_from_props_renders_requests_with_tools() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from app.core import events as ev
@@ -51,7 +52,9 @@ def _continuation(source: str, prefill: str) -> str:
     conv = Conversation((USER, call), (WEATHER, TIME))
     text = segments_text(render_segments(source, conv, add_generation_prompt=False, caps=a.caps))
     core = prefill.removeprefix(a.reasoning.end + "\n\n") if a.reasoning.end else prefill
-    at = text.rfind(core.strip()) if core.strip() else -1
+    if not core.strip():  # bare JSON calls: from the call's "{" on
+        return text[text.rfind("{", 0, text.rfind('"get_weather"')):]
+    at = text.rfind(core.strip())
     assert at >= 0, (core, text[-400:])
     return text[at + len(core.strip()):]
 
@@ -64,8 +67,17 @@ def test_a_forced_call_is_prefilled_and_parses(path: Path, named: bool) -> None:
     choice = ToolChoice("required", ("get_weather",)) if named else ToolChoice("required")
     conv = Conversation((USER,), (WEATHER, TIME))
     prompt = fmt.render(conv, GenerationParams(tool_choice=choice, thinking=True))
-    assert prompt.prefill_text and prompt.segments[-1] == (prompt.prefill_text, True)
+    json_call = analyze(source).tools.format is ToolFormat.JSON_NATIVE
+    if prompt.prefill_text:
+        assert prompt.segments[-1] == (prompt.prefill_text, True)
+    else:  # a bare-JSON template (Llama 3.2): nothing to open, the JSON is constrained
+        assert json_call and prompt.json_schema is not None
     rest = _continuation(source, prompt.prefill_text)
+    if prompt.json_schema is not None:  # what the model may write: the template's own call JSON
+        value, _ = json.JSONDecoder().raw_decode(rest.lstrip())
+        jsonschema.validate(value, prompt.json_schema)
+        names = {"get_weather"} if named else {"get_weather", "get_time"}
+        assert json.dumps(prompt.json_schema).count('"const"') == len(names)
     parser = fmt.parser(prompt, 10)
     assert isinstance(parser, TextEventParser)
     events = parser.feed(Chunk(text=rest)) + parser.feed(Chunk(finish=Finish("stop"))) + parser.close()
