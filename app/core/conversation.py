@@ -65,10 +65,22 @@ def part_param(message: Message, index: int, part: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FunctionTool:
+    """``name`` is what every format shows the model; a member of a namespace tool (OpenAI
+    Responses ``{"type": "namespace"}``) is named ``NAMESPACE__NAME`` and carries
+    ``namespace``, so a format with namespaces of its own (Harmony) can show it in one."""
+
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    namespace: str | None = None
+
+    @property
+    def recipient(self) -> str:
+        """The tool as a Harmony recipient: ``functions.NAME`` or ``NAMESPACE.NAME``."""
+        if self.namespace and self.name.startswith(self.namespace + "__"):
+            return f"{self.namespace}.{self.name[len(self.namespace) + 2:]}"
+        return f"functions.{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,8 @@ class HarmonyFormat:
         return render_harmony(conv, params, self.options)
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
-        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids)
+        spaces = frozenset(t.namespace for t in prompt.tools if t.namespace)
+        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids, spaces)
 
     def answer_watch(self, prompt: Prompt) -> HarmonyAnswerWatch:
         """Where the final answer starts (a response format constrains only that part)."""

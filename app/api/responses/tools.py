@@ -3,7 +3,8 @@
 * ``function`` → a :class:`FunctionTool` of the same name.
 * ``namespace`` (``{"type": "namespace", "name": "multi_agent_v1", "tools": [...]}``) → each
   of its function / custom tools as a prefixed function ``NAMESPACE__NAME`` (the form every
-  prompt format can carry); calls come back with ``namespace`` and ``name`` as separate
+  prompt format can carry; Harmony shows it in a namespace of its own and the model calls
+  ``NAMESPACE.NAME``); calls come back with ``namespace`` and ``name`` as separate
   fields, as OpenAI returns them (Codex routes by them and rejects flattened names).
 * ``custom`` (freeform input) → a function taking ``{"input": string}``; its description tells
   the model the grammar when ``format`` has one.  The call comes back as a
@@ -98,14 +99,15 @@ def _function(t: wire.FunctionToolParam, namespace: str | None, where: str) -> t
     if t.parameters is not None:
         check_json_schema(t.parameters, f"{where}.parameters")
     strict = t.strict if t.strict is not None else True  # Open Responses: strict unless said otherwise
-    tool = FunctionTool(model_name(t.name, namespace), t.description, t.parameters, strict)
+    tool = FunctionTool(model_name(t.name, namespace), t.description, t.parameters, strict, namespace)
     return tool, {"type": "function", "name": t.name, "description": t.description,
                   "parameters": t.parameters, "strict": strict}
 
 
 def _custom(t: wire.CustomToolParam, namespace: str | None, where: str) -> tuple[FunctionTool, Json]:
     check_function_name(t.name, f"{where}.name")
-    tool = FunctionTool(model_name(t.name, namespace), _custom_description(t), _CUSTOM_PARAMETERS, True)
+    tool = FunctionTool(model_name(t.name, namespace), _custom_description(t), _CUSTOM_PARAMETERS, True,
+                        namespace)
     return tool, t.model_dump(exclude_none=True)
 
 

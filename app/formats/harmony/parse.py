@@ -7,6 +7,7 @@ events the new input produced.  Channel mapping:
 * ``analysis`` (and any unknown channel) → :class:`ReasoningDelta` — never text;
 * ``commentary`` without recipient → :class:`PreambleDelta`;
 * ``to=functions.NAME`` on any channel → tool call (started / argument deltas / done);
+  ``to=NS.NAME`` for a tool namespace of the request → the call of tool ``NS__NAME``;
 * ``final`` (or a message without channel) → :class:`TextDelta`.
 
 ``<|return|>`` finishes with ``stop``, ``<|call|>`` with ``tool_calls``, a token
@@ -51,7 +52,11 @@ class _State(enum.Enum):
 
 
 class HarmonyEventParser:
-    def __init__(self, prompt_tokens: int, prefill: tuple[int, ...] = ()) -> None:
+    def __init__(self, prompt_tokens: int, prefill: tuple[int, ...] = (),
+                 namespaces: frozenset[str] = frozenset()) -> None:
+        """``namespaces``: the tool namespaces of the request besides ``functions``; a call
+        ``to=NS.NAME`` of one of them is the tool named ``NS__NAME``."""
+        self._namespaces = namespaces
         self._state = _State.HEADER  # the prompt ends with ``<|start|>assistant``
         self._role: str | None = "assistant"  # the author the header may omit
         self._header: list[int] = []
@@ -153,9 +158,13 @@ class HarmonyEventParser:
             # "final <|constrain|>json": a content type alone, which openai-harmony's header
             # rule reads as the recipient; gpt-oss writes it for a structured answer
             recipient = None
+        space, _, short = (recipient or "").partition(".")
         if recipient and recipient.startswith("functions."):
             self._kind = "tool"
             self._parts.start_call(recipient.removeprefix("functions."), self._out)
+        elif short and space in self._namespaces:
+            self._kind = "tool"
+            self._parts.start_call(f"{space}__{short}", self._out)
         elif recipient and recipient != "assistant":
             self._kind = "unsupported"
             self._out.append(ev.Error(f"The model addressed {recipient!r}, a built-in tool this "

@@ -23,6 +23,9 @@ gpt-oss Hugging Face chat template (see ``tests/unit/render/test_harmony_golden.
   ``json`` and supports one call per message); answers end with ``<|end|>``;
 * tool results: ``functions.NAME to=assistant`` on commentary, content verbatim
   (the template JSON-quotes it);
+* members of a namespace tool (``FunctionTool.namespace``) are shown in a namespace of their
+  own (``## NS`` / ``namespace NS {...}``, as openai-harmony renders one) and called
+  ``to=NS.NAME``;
 * tool schemas are rendered by openai-harmony, which (unlike the template) puts no
   stray comma after ``// default: X`` and lays out object-typed parameters cleanly;
   instructions without tools end without the template's trailing blank line;
@@ -50,6 +53,7 @@ from openai_harmony import (
     SystemContent,
     TextContent,
     ToolDescription,
+    ToolNamespaceConfig,
 )
 from openai_harmony import Conversation as HarmonyConversation
 from openai_harmony import ReasoningEffort as HarmonyEffort
@@ -91,11 +95,20 @@ def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> M
     content = DeveloperContent.new()
     if instructions:
         content = content.with_instructions(instructions)
-    if tools:
+    plain = [t for t in tools if t.recipient.startswith("functions.")]
+    if plain:
         content = content.with_function_tools([
             ToolDescription.new(t.name, t.description or "", parameters=t.parameters or None)
-            for t in tools
+            for t in plain
         ])
+    namespaces: dict[str, list[ToolDescription]] = {}
+    for t in tools:
+        if not t.recipient.startswith("functions."):
+            space, short = t.recipient.split(".", 1)
+            namespaces.setdefault(space, []).append(
+                ToolDescription.new(short, t.description or "", parameters=t.parameters or None))
+    for space, members in namespaces.items():  # "## NAME" + "namespace NAME {...}", as OpenAI's
+        content = content.with_tools(ToolNamespaceConfig(name=space, tools=members))
     return Message.from_role_and_content(Role.DEVELOPER, content)
 
 
@@ -110,7 +123,8 @@ def _has_later_answer(messages: tuple[m.Message, ...], index: int) -> bool:
 def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
     instructions: list[str] = []
     out: list[Message] = []
-    call_names: dict[str, str] = {}
+    call_names: dict[str, str] = {}  # call id -> the recipient it was sent to
+    recipients = {t.name: t.recipient for t in conv.tools}
     msgs = conv.messages
     for i, msg in enumerate(msgs):
         if msg.role in ("system", "developer"):
@@ -129,10 +143,10 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
                     out.append(Message.from_role_and_content(Role.ASSISTANT, text)
                                .with_channel("commentary"))
                 for call in msg.tool_calls:
-                    call_names[call.id] = call.name
+                    call_names[call.id] = recipients.get(call.name, f"functions.{call.name}")
                     out.append(Message.from_role_and_content(Role.ASSISTANT, call.arguments)
                                .with_channel("commentary")
-                               .with_recipient(f"functions.{call.name}")
+                               .with_recipient(call_names[call.id])
                                .with_content_type("<|constrain|>json"))
             else:
                 out.append(Message.from_role_and_content(Role.ASSISTANT, text)
@@ -142,7 +156,7 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
             if name is None:
                 raise InvalidRequest("Tool message does not answer a known tool call.",
                                      param=f"messages[{i}].tool_call_id")
-            out.append(Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{name}"),
+            out.append(Message.from_author_and_content(Author.new(Role.TOOL, name),
                                                        _text_only(msg, i))
                        .with_recipient("assistant").with_channel("commentary"))
     return "\n\n".join(instructions), out
@@ -173,15 +187,22 @@ def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
     return ids[:end] + extra + ids[end:]
 
 
-def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice) -> list[int]:
+def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice,
+                tools: tuple[m.FunctionTool, ...] = ()) -> list[int]:
     """Assistant-header tokens that force a function call (empty for auto / none)."""
     if choice.mode != "required":
         return []
+    recipients = {t.name: t.recipient for t in tools}
     # Stop before the '.': o200k's pre-tokenizer glues it to the name (".get", "_weather"),
-    # so a prefill ending in a bare '.' would be a token sequence the model never saw.
-    header = "<|channel|>commentary to=functions"
+    # so a prefill ending in a bare '.' would be a token sequence the model never saw; with
+    # namespaced tools on offer, stop after "to=" ('=' is a token of its own).
+    allowed = [n for n in recipients if choice.allowed is None or n in choice.allowed]
+    spaced = any(not recipients[n].startswith("functions.") for n in allowed)
+    header = "<|channel|>commentary to=" + ("" if spaced else "functions")
     if choice.allowed is not None and len(choice.allowed) == 1:
-        header += f".{choice.allowed[0]} <|constrain|>json<|message|>"
+        name = choice.allowed[0]
+        header = f"<|channel|>commentary to={recipients.get(name, 'functions.' + name)}"
+        header += " <|constrain|>json<|message|>"
     specials = {"<|channel|>", "<|constrain|>", "<|message|>"}
     return list(enc.encode(header, allowed_special=specials))
 
@@ -198,7 +219,7 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
     through openai-harmony is most of a request's render time."""
     date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
     key = (opts, date, effort, instructions,
-           orjson.dumps([(t.name, t.description, t.parameters) for t in tools]),
+           orjson.dumps([(t.name, t.description, t.parameters, t.namespace) for t in tools]),
            None if rf is None else (rf.name, rf.description, orjson.dumps(rf.schema)))
     ids = _PREFIXES.get(key)
     if ids is None:
@@ -269,5 +290,6 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     start, stops = _constants(enc)
     ids = [*_prefix_ids(enc, opts, effort, instructions, tools, conv.response_format),
            *(t for message in history for t in _message_ids(enc, message)), *start]
-    prefill = prefill_ids(enc, params.tool_choice)
-    return Prompt(token_ids=(*ids, *prefill), stop_token_ids=stops, prefill_ids=tuple(prefill))
+    prefill = prefill_ids(enc, params.tool_choice, tools)
+    return Prompt(token_ids=(*ids, *prefill), stop_token_ids=stops, prefill_ids=tuple(prefill),
+                  tools=tools)

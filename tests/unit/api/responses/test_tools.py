@@ -31,7 +31,7 @@ pytestmark = pytest.mark.asyncio
 Json = dict[str, Any]
 CODEX = json.loads((Path(FIXTURES) / "codex" / "first_request.json").read_text())
 TEXT = "<|channel|>final<|message|>hi<|return|>"
-SPAWN = ('<|channel|>commentary to=functions.multi_agent_v1__spawn_agent <|constrain|>json'
+SPAWN = ('<|channel|>commentary to=multi_agent_v1.spawn_agent <|constrain|>json'
          '<|message|>{"message":"go"}<|call|>')
 PATCH = ('<|channel|>commentary to=functions.apply_patch <|constrain|>json'
          '<|message|>{"input":"*** Begin Patch\\n*** End Patch"}<|call|>')
@@ -60,7 +60,8 @@ async def test_codex_first_request_is_answered() -> None:
     assert events[-1]["type"] == "response.completed"
     Response.model_validate(final)
     prompt = _prompt(upstream)
-    assert "multi_agent_v1__spawn_agent" in prompt and "exec_command" in prompt
+    assert "namespace multi_agent_v1 {" in prompt and "type spawn_agent = " in prompt  # Harmony's own
+    assert "exec_command" in prompt
     assert "web_search" not in prompt  # the hosted tool is not shown to the model ...
     assert final["ocm:tools_not_run"] == ["web_search"]  # ... and the response says so
     assert [t["type"] for t in final["tools"]] == [t["type"] for t in body["tools"]]
@@ -86,8 +87,8 @@ async def test_a_namespace_call_comes_back_with_namespace_and_name(stream: bool)
             {"role": "user", "content": "go"}, call,
             {"type": "function_call_output", "call_id": call["call_id"], "output": "spawned"}]})
         assert r.status_code == 200, r.text
-    assert "to=functions.multi_agent_v1__spawn_agent" in _prompt(upstream)
-    assert "functions.multi_agent_v1__spawn_agent to=assistant" in _prompt(upstream)
+    assert "to=multi_agent_v1.spawn_agent" in _prompt(upstream)
+    assert "multi_agent_v1.spawn_agent to=assistant" in _prompt(upstream)
 
 
 async def test_a_custom_tool_call_is_freeform_input() -> None:
@@ -165,3 +166,27 @@ async def test_the_fixture_is_what_codex_sent() -> None:
     assert CODEX["headers"]["originator"] == "codex_exec"
     assert {"type": "web_search", "external_web_access": False} in CODEX["body"]["tools"]
     assert isinstance(httpx.Headers(CODEX["headers"]).get("user-agent"), str)
+
+
+async def test_a_forced_namespace_member_is_prefilled_with_its_namespace() -> None:
+    tools = [t for t in CODEX["body"]["tools"] if t["type"] == "namespace"]
+    upstream = FakeLlamaCpp('{"message":"go"}<|call|>')  # the model writes only the arguments
+    choice = {"type": "function", "namespace": "multi_agent_v1", "name": "spawn_agent"}
+    async with gateway(upstream.transport()) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", "tools": tools,
+                                                "tool_choice": choice})
+    assert r.status_code == 200, r.text
+    call = r.json()["output"][-1]
+    assert (call["namespace"], call["name"], call["arguments"]) == ("multi_agent_v1", "spawn_agent",
+                                                                    '{"message":"go"}')
+    assert _prompt(upstream).endswith("to=multi_agent_v1.spawn_agent <|constrain|>json<|message|>")
+
+
+async def test_a_flattened_call_of_a_namespace_member_still_comes_back_split() -> None:
+    tools = [t for t in CODEX["body"]["tools"] if t["type"] == "namespace"]
+    flat = ('<|channel|>commentary to=functions.multi_agent_v1__spawn_agent <|constrain|>json'
+            '<|message|>{"message":"go"}<|call|>')
+    async with gateway(FakeLlamaCpp(flat).transport()) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", "tools": tools})
+    call = r.json()["output"][-1]
+    assert (call["namespace"], call["name"]) == ("multi_agent_v1", "spawn_agent")
