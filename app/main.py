@@ -15,6 +15,8 @@ from starlette.middleware.cors import CORSMiddleware
 from adapters.aiohttp_transport import AiohttpTransport
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
+from app.api.chat import stored_routes as chat_stored_routes
+from app.api.chat.stored import ChatStore
 from app.api.completions import routes as completions_routes
 from app.api.conversations import routes as conversations_routes
 from app.api.conversations.store import ConversationStore
@@ -57,6 +59,7 @@ def create_app(config: GatewayConfig | None = None,
         app.state.registry = registry
         store = await ResponseStore.open(cfg.store.path)
         conversations = await ConversationStore.open(cfg.store.path)  # same file, own tables
+        app.state.chat_store = await ChatStore.open(store.connection)  # stored chat completions
         app.state.engine = engine = Engine(registry)
         app.state.responses = ResponsesService(engine, store, conversations)
         app.state.conversations = app.state.responses.conversations
@@ -75,7 +78,7 @@ def create_app(config: GatewayConfig | None = None,
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
-               conversations_routes.router]
+               conversations_routes.router, chat_stored_routes.router]
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,

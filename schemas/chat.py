@@ -164,7 +164,8 @@ class ChatCompletionRequest(NullMeansDefault, _Wire):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
     user: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    store: bool = False  # kept for GET /v1/chat/completions/{id} (app/api/chat/stored.py)
     # Accepted for compatibility; rejected by ingest when set to anything meaningful.
     logit_bias: dict[str, float] | None = None
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)

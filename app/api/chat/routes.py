@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from app.api.chat.encode import ChatEncoder, merge_choices, sum_usage, usage_dict
 from app.api.chat.ingest import ChatIngest, ingest_chat
+from app.api.chat.stored import StoreHooks
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
@@ -44,6 +45,9 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
     check_n(engine, ingest.params.n)
     check_model(request, ingest.model)
     if ingest.params.n > 1:
+        if body.store:
+            raise InvalidRequest("store: true keeps one choice; send n: 1 to store the completion.",
+                                 param="store")
         return await _run_choices(engine, ingest, request, jsonlines=jsonlines)
     response_id = random_id("chatcmpl-")
     created = int(time.time())
@@ -53,9 +57,14 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
                            logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
                            stream=ingest.stream)
 
+    who = principal(request)
+    hooks = None
+    if body.store:
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        hooks = StoreHooks(request.app.state.chat_store, messages, body.metadata or {}, who.tenant)
     starting = engine.start(
         RunRequest(ingest.model, ingest.conversation, ingest.params), encoder, run_id=response_id,
-        mode="stream" if ingest.stream else "wait", owner=principal(request))
+        mode="stream" if ingest.stream else "wait", owner=who, hooks=hooks)
     if not ingest.stream:
         return await json_answer(request, starting)
     # Until the first upstream event nothing has been sent: a client that leaves cancels it.

@@ -114,9 +114,9 @@ async def test_unknown_route_and_method() -> None:
     async with gateway(Replay("03a_completion_tokenids_stream").transport()) as client:
         r = await client.get("/v1/nothing")
         assert r.status_code == 404 and _assert_error_shape(r.json())["code"] == "not_found"
-        r = await client.get("/v1/chat/completions")
+        r = await client.put("/v1/chat/completions")  # GET lists stored completions
         assert r.status_code == 405 and _assert_error_shape(r.json())["code"] == "method_not_allowed"
-        assert r.headers["allow"] == "POST"
+        assert r.headers["allow"] == "GET, POST"
         # A path that only matches a parameterised route is an unknown URL, not a 405.
         r = await client.post("/v1/responses/nope", json={})
         assert r.status_code == 404 and _assert_error_shape(r.json())["code"] == "not_found"
