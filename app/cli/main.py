@@ -18,6 +18,7 @@ import uvicorn
 from app.cli import embedded
 from app.config import load_config
 from app.http.server import GuardedH11Protocol
+from app.http.ws_protocol import GracefulWebSocketProtocol
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -66,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         loop=args.loop,  # "auto": uvloop when installed (measured no faster here: not a dependency)
         timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
         http=GuardedH11Protocol,  # request heads have a deadline, open connections a cap
+        ws=GracefulWebSocketProtocol,  # on SIGTERM a socket's response ends before the 1012 close
         h11_max_incomplete_event_size=64 * 1024,  # request head size
     )
     return 0

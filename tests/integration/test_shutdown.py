@@ -52,3 +52,33 @@ def test_sigterm_ends_streams_with_a_terminal_event(tmp_path: Path, api: str) ->
         assert last["response"]["error"]["code"] == "server_shutdown"
     assert 0.8 <= t_end - t_sigterm < 10  # streamed through the 1 s grace period, then ended
     assert upstream.closed_at, "the upstream generation was closed"
+
+
+def test_sigterm_ends_a_websocket_response_with_a_terminal_event(tmp_path: Path) -> None:
+    """The real process: the response streaming on a socket ends with error + response.failed
+    (server_shutdown), then the socket closes with 1012 (app/http/ws_protocol.py)."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    upstream = LoopbackUpstream()
+    with upstream.running() as upstream_url:
+        config = tmp_path / "gw.toml"
+        config.write_text(f'shutdown_grace_seconds = 1.0\n[store]\npath = ":memory:"\n'
+                          f'[models.endless]\nbase_urls = ["{upstream_url}"]\n')
+        with run_gateway(config) as gw:
+            events: list[dict[str, object]] = []
+            with connect(gw.url.replace("http://", "ws://") + "/v1/responses") as ws:
+                ws.send(json.dumps({"type": "response.create", "model": "endless", "input": "hi"}))
+                try:
+                    while True:
+                        events.append(json.loads(ws.recv(timeout=15)))
+                        if len(events) == 5:
+                            gw.process.send_signal(signal.SIGTERM)
+                except ConnectionClosed:
+                    pass
+                code = ws.close_code
+            gw.process.wait(timeout=30)
+    types = [e["type"] for e in events]
+    assert types[-1] == "response.failed" and types.count("response.failed") == 1, types[-3:]
+    assert events[-1]["response"]["error"]["code"] == "server_shutdown"  # type: ignore[index]
+    assert code == 1012 and upstream.closed_at, "the upstream generation was closed"

@@ -23,6 +23,9 @@ WebSocket mode (the public compliance suite tests it):
   request's headers, by the same rule as for HTTP.
 * Closing the socket cancels the response in flight (its upstream request is closed) and drops
   the waiting messages.
+* Shutdown (SIGTERM): the response in flight ends with the ``server_shutdown`` error
+  (``error`` + ``response.failed``), then the socket closes with 1012, "service restart"
+  (:mod:`app.http.ws_protocol` holds uvicorn's close back for that).
 
 Authentication is the auth middleware's: a bad key gets a 401 instead of the upgrade.  The
 key's rate limits (:mod:`app.http.limits`) count every ``response.create`` as a request: over
@@ -47,12 +50,13 @@ from app.api.responses.dialect import choose
 from app.api.responses.service import ResponsesService
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import Principal
-from app.core.errors import GatewayError, InvalidRequest, error_fields
+from app.core.errors import GatewayError, InvalidRequest, ServerShutdown, error_fields
 from app.engine.run import Run
 from app.http.auth import check_model, principal
 from app.http.body import BodyRejected, parse_json
 from app.http.errors import validation_message
 from app.http.limits import TurnLimits
+from app.http.ws_protocol import EXTENSION, GRACE_SECONDS
 from schemas.responses import CreateResponseBody
 
 Json = dict[str, Any]
@@ -150,26 +154,44 @@ class Session:
         self.inbox: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
         limits = ws.scope.get("state", {}).get("limits")
         self.limits = limits if isinstance(limits, TurnLimits) else None
+        shutdown = ws.scope.get("extensions", {}).get(EXTENSION, {}).get("event")
+        self.shutdown = shutdown if isinstance(shutdown, asyncio.Event) else asyncio.Event()
+        self.current: Run | None = None
+        self._turn_done = asyncio.Event()
 
     async def serve(self) -> None:
         await self.ws.accept()
         loop = asyncio.get_running_loop()
         reader, worker = loop.create_task(self._read()), loop.create_task(self._work())
+        stopping = loop.create_task(self._stop_on_shutdown(worker))
         try:
-            done, _ = await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({reader, worker, stopping}, return_when=asyncio.FIRST_COMPLETED)
             failure = next((t.exception() for t in done if not t.cancelled()), None)
             if failure is not None and not isinstance(failure, WebSocketDisconnect | OSError):
                 log.error("WebSocket session failed", exc_info=failure)
         finally:  # closed by the client (reader) or a failed send (worker): cancel what is left
-            for task in (reader, worker):
+            for task in (reader, worker, stopping):
                 task.cancel()
-            for task in (reader, worker):
+            for task in (reader, worker, stopping):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if self.ws.application_state == WebSocketState.CONNECTED and \
                 self.ws.client_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await self.ws.close(1011)
+
+    async def _stop_on_shutdown(self, worker: asyncio.Task[None]) -> None:
+        """The server is stopping: end the response in flight with its terminal event, then
+        close the socket as a service restart (1012); waiting messages are dropped."""
+        await self.shutdown.wait()
+        run = self.current
+        if run is not None:
+            run.stop(ServerShutdown("The gateway is shutting down; the response was stopped."))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._turn_done.wait()), GRACE_SECONDS - 1)
+        worker.cancel()
+        with contextlib.suppress(Exception):
+            await self.ws.close(1012)
 
     async def _read(self) -> None:
         while True:
@@ -230,6 +252,8 @@ class Session:
         task is cancelled) cancels the run, which closes its upstream request."""
         final: Json | None = None
         frames = run.frames().batched()
+        self.current = run
+        self._turn_done.clear()
         try:
             async for batch in frames:
                 for payload in batch:
@@ -237,6 +261,8 @@ class Session:
                         final = payload["response"]
                     await self._send(payload)
         finally:
+            self.current = None
+            self._turn_done.set()
             await frames.aclose()
         return final
 

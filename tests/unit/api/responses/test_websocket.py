@@ -26,6 +26,7 @@ from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
 from app.http import server as http_server
 from app.http.server import GuardedH11Protocol
+from app.http.ws_protocol import GracefulWebSocketProtocol
 from app.main import create_app
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, config
@@ -49,7 +50,8 @@ async def served(upstream: httpx.AsyncBaseTransport, cfg: GatewayConfig | None =
     app = create_app(cfg or config(), transport=upstream)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=GuardedH11Protocol,
-                                           lifespan="on", log_level="warning"))
+                                           ws=GracefulWebSocketProtocol, lifespan="on",
+                                           log_level="warning"))
     task = asyncio.get_running_loop().create_task(server.serve())
     try:
         while not server.started:
@@ -277,18 +279,23 @@ async def test_every_message_counts_against_the_rate_limit() -> None:
             assert r.status_code == 429
 
 
-async def test_shutdown_closes_sockets_as_a_service_restart_and_cancels_their_responses() -> None:
+async def test_shutdown_ends_the_response_then_closes_as_a_service_restart() -> None:
+    """SIGTERM (uvicorn's should_exit): the streaming response ends with error +
+    response.failed (server_shutdown), then the socket closes with 1012; upstream is closed."""
     upstream = EndlessUpstream()
-    closed: list[int | None] = []
+    received: list[Json] = []
     async with served(endless_transport(upstream)) as host:
         ws = await connect(f"ws://{host}/v1/responses")
         await ws.send(create(input="Talk forever."))
         await asyncio.wait_for(upstream.five_sent.wait(), 10)
     with pytest.raises(ConnectionClosed):  # the server has stopped (within the test's timeout)
         while True:
-            await asyncio.wait_for(ws.recv(), 5)
-    closed.append(ws.close_code)
-    assert closed == [1012] and upstream.closed_at is not None
+            received.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
+    assert ws.close_code == 1012 and upstream.closed_at is not None
+    types = [e["type"] for e in received]
+    assert types[-1] == "response.failed" and types.count("response.failed") == 1, types[-4:]
+    assert received[-1]["response"]["error"]["code"] == "server_shutdown"
+    check_stream(received)
 
 
 async def test_a_session_is_one_access_log_line_with_its_key_and_tokens(
