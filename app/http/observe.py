@@ -11,6 +11,7 @@ error body and the request id (never a reset connection).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -92,7 +93,9 @@ class ObserveMiddleware:
 
         try:
             await self.app(scope, receive, send_wrapper)
-        except Exception as exc:
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # native code raises BaseExceptions too (a Rust panic)
             # A bug below: answer it here, with the request id and an OpenAI error body, rather
             # than let the server reset the connection. Once a response has started there is
             # nothing left to say but to end it.

@@ -19,6 +19,7 @@ from adapters.passthrough import NotSupported, passthrough
 from app.core.errors import InvalidRequest
 from app.engine.generation import ModelRoute, context_window
 from app.engine.registry import Registry
+from app.formats.harmony.text import encode_text
 from app.formats.harmony.vocab import VOCAB_SIZE, harmony_encoding
 from app.http.auth import check_model
 from app.http.body import GatewayRoute
@@ -36,7 +37,7 @@ async def tokenize(route: ModelRoute, text: str, add_special: bool, pieces: bool
                    ) -> tuple[list[int], list[str] | None]:
     if _harmony(route):  # o200k_harmony adds no BOS / EOS
         enc = harmony_encoding()
-        ids = list(enc.encode(text, allowed_special="all"))
+        ids = encode_text(enc, text, allowed_special="all")
         strs = [enc.decode([i]) for i in ids] if pieces else None
         return ids, strs
     return await passthrough(route.backend).tokenize(text, add_special, pieces)

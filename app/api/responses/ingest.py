@@ -193,7 +193,7 @@ def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, An
     in wire form; ``labels`` name each item's origin instead of ``first_input``."""
     messages = items_to_messages(context, first_input, labels)
     if body.instructions:
-        messages = (Message("developer", (TextPart(body.instructions),)), *messages)
+        messages = (Message("developer", (TextPart(body.instructions),), source="instructions"), *messages)
     return Conversation(messages, tools_of(body).tools, _response_format(body))
 
 

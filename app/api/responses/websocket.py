@@ -235,6 +235,14 @@ class Session:
                 self.store.forget(previous)  # a failed continuation evicts what it continued
                 await self._send(error_event(exc))
                 return
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit):
+                raise
+            except BaseException as exc:  # a bug, or native code failing: say so, keep the socket
+                log.error("WebSocket response.create failed", exc_info=exc)
+                self.store.forget(previous)
+                await self._send(error_event(GatewayError("The gateway failed unexpectedly.",
+                                                          code="internal_error", status=500)))
+                return
             final = await self._stream(run)
         finally:
             if admitted and self.limits is not None:

@@ -62,6 +62,7 @@ from app.core import conversation as m
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.content import text_only
+from app.formats.harmony.text import check_runs, encode_text, has_long_run
 from app.formats.harmony.vocab import END, MESSAGE, START, harmony_encoding
 
 _EFFORT = {"low": HarmonyEffort.LOW, "medium": HarmonyEffort.MEDIUM, "high": HarmonyEffort.HIGH}
@@ -129,6 +130,7 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
     for i, msg in enumerate(msgs):
         if msg.role in ("system", "developer"):
             text = _text_only(msg, i)
+            check_runs(text, msg.source or f"messages[{i}]")  # openai-harmony encodes it itself
             if text:
                 instructions.append(text)
         elif msg.role == "user":
@@ -173,8 +175,7 @@ def response_format_section(rf: m.ResponseFormat) -> str:
 def _response_format_ids(enc: HarmonyEncoding, rf: m.ResponseFormat, lead: str) -> list[int]:
     # Client text (schema, names, descriptions): special-token text such as "<|start|>" is
     # encoded as ordinary characters, never refused and never a control token.
-    return list(enc.encode(lead + response_format_section(rf), allowed_special=set(),
-                           disallowed_special=()))
+    return encode_text(enc, lead + response_format_section(rf))
 
 
 def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
@@ -253,8 +254,12 @@ def _message_ids(enc: HarmonyEncoding, message: Message) -> list[int]:
     if (role in (Role.USER, Role.ASSISTANT) and message.author.name is None
             and message.recipient is None and message.content_type is None
             and len(content) == 1 and isinstance(content[0], TextContent)):
-        return [*_header_ids(enc, role, message.channel),
-                *enc.encode(content[0].text, allowed_special=set(), disallowed_special=()), END]
+        return [*_header_ids(enc, role, message.channel), *encode_text(enc, content[0].text), END]
+    if len(content) == 1 and isinstance(content[0], TextContent) and has_long_run(content[0].text):
+        # openai-harmony would encode a long run in one superlinear call (harmony/text.py):
+        # its header and end around the text encoded in pieces.
+        frame = list(enc.render(message.model_copy(update={"content": [TextContent(text="")]})))
+        return [*frame[:-1], *encode_text(enc, content[0].text), frame[-1]]
     return list(enc.render(message))
 
 
@@ -285,6 +290,9 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
     # guard), not what the model sees: all tools stay in the prompt, which keeps it cacheable.
     tools = conv.tools if params.tool_choice.mode != "none" else ()
+    for tool in tools:  # openai-harmony encodes the developer message itself
+        check_runs(f"{tool.description or ''} {orjson.dumps(tool.parameters).decode()}",
+                   f"tools ({tool.name})")
     instructions, history = _history(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
     start, stops = _constants(enc)

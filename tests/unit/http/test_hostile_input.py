@@ -118,3 +118,19 @@ async def test_special_token_text_in_a_response_format_is_inert(where: str, path
     assert ids.count(enc.encode("<|start|>", allowed_special="all")[0]) == 4
     assert "<|start|>" in enc.decode(ids) or "<|end|>" in enc.decode(ids) or "<|call|>" in enc.decode(ids)
     assert specials <= set(enc.encode("<|start|><|end|><|message|><|channel|>", allowed_special="all"))
+
+
+async def test_a_megabyte_one_word_message_is_a_clear_json_answer_not_a_panic() -> None:
+    """o200k's pre-tokenizer panics on ~1 MB without whitespace (app/formats/harmony/text.py)."""
+    word = "a" * 1_100_000
+    async with gateway(Replay("03a_completion_tokenids_stream").transport()) as c:
+        r = await c.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": word}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+        r = await c.post("/tokenize", json={"model": MODEL, "prompt": word})
+        assert r.status_code == 200 and r.json()["count"] == 137_500
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [
+            {"type": "function", "name": "f", "description": "a" * 10_000}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools (f)", r.text
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "instructions": word[:20_000]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "instructions", r.text
