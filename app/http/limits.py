@@ -1,7 +1,11 @@
 """Request limits as pure ASGI middleware: body size, requests / tokens per minute, concurrency.
 
-Limits apply per API key (or per client address when auth is off) on the generation
-routes.  Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after-ms``;
+Limits apply per API key (or per client address when auth is off): requests per minute on
+every route that writes or computes (generations, and every POST / DELETE: conversations,
+compaction, token counts, ``/tokenize``), tokens per minute and concurrency on the generation
+routes.  A ``background`` response holds its concurrency slot, and its tokens are charged,
+until its run ends, not when its request returns (:class:`Lease`).
+Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after-ms``;
 a body over ``max_body_bytes`` → 413 (checked on ``content-length`` and while reading; the
 body is read here, once, and replayed to the app).
 Token usage is charged when a request finishes (from the pipeline's request stats).
@@ -17,6 +21,7 @@ import asyncio
 import collections
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -82,8 +87,11 @@ class LimitsMiddleware:
         usage.prune(now)
         return usage, now
 
-    def _refusal(self, scope: Scope, usage: _Usage, now: float) -> RateLimited | None:
+    def _refusal(self, scope: Scope, usage: _Usage, now: float, *,
+                 concurrency: bool = True) -> RateLimited | None:
         rpm, tpm, concurrent = self._limits(scope.get("state", {}).get("api_key"))
+        if not concurrency:
+            tpm = concurrent = None  # a request that generates nothing: its rate only
         if rpm is not None and len(usage.requests) >= rpm:
             return RateLimited(f"Rate limit: {rpm} requests per minute.", usage.requests[0] + WINDOW - now)
         if tpm is not None and usage.token_total >= tpm:
@@ -125,24 +133,52 @@ class LimitsMiddleware:
                                    "request_too_large")
                 return
             receive = _replay(body, receive)
-        if not generation:
+        counted = generation or scope.get("method") in ("POST", "PUT", "PATCH", "DELETE")
+        if not counted:
             await self.app(scope, receive, send)
             return
         usage, now = self._usage(scope)
-        refused = self._refusal(scope, usage, now)
+        refused = self._refusal(scope, usage, now, concurrency=generation)
         if refused is not None:
             await self._reject(scope, receive, send, 429, refused.message, str(refused.code),
                                refused.retry_after)
             return
         usage.requests.append(now)
+        if not generation:
+            await self.app(scope, receive, send)
+            return
         usage.in_flight += 1
+        lease = Lease(usage)
+        scope.setdefault("state", {})["limits_lease"] = lease
         try:
             await self.app(scope, receive, send)
         finally:
-            usage.in_flight -= 1
-            stats = metrics.current()
-            if stats is not None and stats.tokens:
-                usage.add_tokens(time.monotonic(), stats.tokens)
+            if not lease.detached:
+                stats = metrics.current()
+                lease.release(stats.tokens if stats is not None else 0)
+
+
+class Lease:
+    """A generation request's concurrency slot: released (and its tokens charged) when the
+    request returns, or, once :meth:`detach` ed, by whoever took it (a background run, when
+    it ends)."""
+
+    def __init__(self, usage: _Usage) -> None:
+        self._usage = usage
+        self.detached = False
+        self._released = False
+
+    def detach(self) -> Callable[[int], None]:
+        self.detached = True
+        return self.release
+
+    def release(self, tokens: int) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._usage.in_flight -= 1
+        if tokens:
+            self._usage.add_tokens(time.monotonic(), tokens)
 
 
 class RateLimited(GatewayError):

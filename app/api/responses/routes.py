@@ -15,6 +15,7 @@ from app.core.errors import InvalidRequest
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
+from app.http.limits import Lease
 from app.http.responses import JSONResponse
 from app.http.sse import named_event
 from app.http.streaming import json_answer, sse_response
@@ -37,9 +38,19 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     check_model(request, body.model)
     service = _service(request)
     dialect = choose(service.registry.config.responses.event_dialect, request.headers)
-    creating = service.create(body, principal(request), dialect)
+    lease = request.scope.get("state", {}).get("limits_lease") if body.background else None
+    # A background run outlives this request: it holds its key's concurrency slot, and its
+    # tokens are charged, until it ends (app/http/limits.py).
+    on_end = lease.detach() if isinstance(lease, Lease) else None
+    try:
+        creating = service.create(body, principal(request), dialect, on_end=on_end)
+        if body.background:
+            run = await creating
+    except BaseException:
+        if on_end is not None:
+            on_end(0)  # it never started: the slot is free again
+        raise
     if body.background:  # does not wait for the backend, and outlives this request
-        run = await creating
         assert isinstance(run.encoder, ResponsesEncoder) and run.replay is not None
         if body.stream:  # followed from its start; leaving does not cancel it (resumable)
             return sse_response(run.replay.reader(None, run.stop), _named,

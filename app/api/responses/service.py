@@ -92,6 +92,26 @@ class StoreHooks:
         await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
 
+class EndHooks:
+    """``inner``'s hooks, then ``on_end(total tokens)`` once the run has ended."""
+
+    def __init__(self, inner: RunHooks | None, on_end: Callable[[int], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def started(self, run: Run) -> None:
+        if self._inner is not None:
+            await self._inner.started(run)
+
+    async def ended(self, run: Run) -> None:
+        try:
+            if self._inner is not None:
+                await self._inner.ended(run)
+        finally:
+            usage = _encoder(run).snapshot().get("usage") or {}
+            self._on_end(int(usage.get("total_tokens") or 0))
+
+
 def _encoder(run: Run) -> ResponsesEncoder:
     assert isinstance(run.encoder, ResponsesEncoder)
     return run.encoder
@@ -187,9 +207,11 @@ class ResponsesService:
 
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
                      dialect: EventDialect = OPEN_RESPONSES,
-                     seen: Callable[[list[Json]], None] | None = None) -> Run:
+                     seen: Callable[[list[Json]], None] | None = None,
+                     on_end: Callable[[int], None] | None = None) -> Run:
         """Start a response; ``seen`` gets the context it sees (previous context + the resolved
-        input, as a stored response's ``input_items`` holds it)."""
+        input, as a stored response's ``input_items`` holds it); ``on_end`` gets its total
+        tokens when its run has ended (a background run's hold on its key's limits)."""
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
@@ -223,6 +245,8 @@ class ResponsesService:
             new = [item for item, label in zip(context, resolved.labels, strict=True)
                    if label != CONVERSATION]
             hooks = self.conversations.hooks(conversation, who, new, hooks)
+        if on_end is not None:
+            hooks = EndHooks(hooks, on_end)
         return await self.engine.start(
             RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
             encoder, run_id=response_id, mode=mode, owner=who, hooks=hooks)

@@ -70,3 +70,34 @@ async def test_concurrency_limit() -> None:
         await upstream.five_sent.wait()
         _is_429(await c.post("/v1/chat/completions", json=CHAT))
         first.cancel()
+
+
+async def test_background_responses_hold_their_concurrency_slot_until_they_end() -> None:
+    """A background run outlives its request: it keeps its key's slot until it ends."""
+    async with gateway(endless_transport(EndlessUpstream()), _cfg(max_concurrent=2)) as c:
+        ids = []
+        for _ in range(2):
+            r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
+            assert r.status_code == 200, r.text
+            ids.append(r.json()["id"])
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
+        _is_429(r)
+        assert r.json()["error"]["code"] == "concurrency_limit_exceeded"
+        r = await c.post("/v1/chat/completions", json=CHAT)  # any generation of the key
+        assert r.status_code == 429
+        assert (await c.post(f"/v1/responses/{ids[0]}/cancel")).status_code == 200
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
+        assert r.status_code == 200, r.text  # the cancelled run gave its slot back
+        for rid in (ids[1], r.json()["id"]):
+            await c.post(f"/v1/responses/{rid}/cancel")
+
+
+async def test_requests_per_minute_cover_every_route_that_writes_or_computes() -> None:
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(),
+                       _cfg(requests_per_minute=3)) as c:
+        for _ in range(3):
+            assert (await c.post("/v1/conversations", json={})).status_code == 200
+        _is_429(await c.post("/v1/conversations", json={}))
+        _is_429(await c.post("/tokenize", json={"model": MODEL, "prompt": "hi"}))
+        _is_429(await c.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "hi"}))
+        assert (await c.get("/v1/models")).status_code == 200  # reads are not counted
