@@ -18,6 +18,7 @@ from typing import Any
 import aiosqlite
 import orjson
 
+from app.api.sqlite import transaction
 from app.engine.run import Run
 
 Json = dict[str, Any]
@@ -49,12 +50,12 @@ class ChatStore:
 
     async def put(self, completion: Json, messages: list[Json], metadata: dict[str, str],
                   owner: str) -> None:
-        await self._db.execute(
-            "INSERT OR REPLACE INTO chat_completions VALUES (?, ?, ?, ?, "
-            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM chat_completions), ?, ?, ?)",
-            (completion["id"], owner, str(completion.get("model", "")), int(completion["created"]),
-             orjson.dumps(completion), orjson.dumps(messages), orjson.dumps(metadata)))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO chat_completions VALUES (?, ?, ?, ?, "
+                "(SELECT COALESCE(MAX(seq), 0) + 1 FROM chat_completions), ?, ?, ?)",
+                (completion["id"], owner, str(completion.get("model", "")), int(completion["created"]),
+                 orjson.dumps(completion), orjson.dumps(messages), orjson.dumps(metadata)))
 
     async def get(self, completion_id: str, owner: str) -> tuple[Json, list[Json]] | None:
         async with self._db.execute(
@@ -89,15 +90,15 @@ class ChatStore:
         return [{**orjson.loads(c), "metadata": orjson.loads(m)} for c, m in rows]
 
     async def update(self, completion_id: str, owner: str, metadata: dict[str, str]) -> bool:
-        cur = await self._db.execute("UPDATE chat_completions SET metadata = ? WHERE id = ? AND owner = ?",
-                                     (orjson.dumps(metadata), completion_id, owner))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            cur = await db.execute("UPDATE chat_completions SET metadata = ? WHERE id = ? AND owner = ?",
+                                   (orjson.dumps(metadata), completion_id, owner))
         return cur.rowcount > 0
 
     async def delete(self, completion_id: str, owner: str) -> bool:
-        cur = await self._db.execute("DELETE FROM chat_completions WHERE id = ? AND owner = ?",
-                                     (completion_id, owner))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            cur = await db.execute("DELETE FROM chat_completions WHERE id = ? AND owner = ?",
+                                   (completion_id, owner))
         return cur.rowcount > 0
 
 

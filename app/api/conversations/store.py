@@ -18,6 +18,8 @@ from typing import Any
 import aiosqlite
 import orjson
 
+from app.api.sqlite import configure, transaction
+
 Json = dict[str, Any]
 
 _SCHEMA = """
@@ -63,9 +65,7 @@ class ConversationStore:
         if str(path) != ":memory:":
             path = await asyncio.to_thread(_prepare, Path(path))
         db = await aiosqlite.connect(str(path))
-        await db.execute("PRAGMA busy_timeout=10000")  # other processes append to the same file
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=NORMAL")
+        await configure(db)  # other connections and processes write to the same file
         await db.executescript(_SCHEMA)
         await db.commit()
         return cls(db)
@@ -75,11 +75,11 @@ class ConversationStore:
 
     async def create(self, conversation_id: str, owner: str, created_at: int,
                      metadata: dict[str, str], items: list[Json]) -> Json:
-        await self._db.execute(
-            "INSERT INTO conversations (id, owner, created_at, metadata) VALUES (?, ?, ?, ?)",
-            (conversation_id, owner, created_at, orjson.dumps(metadata)))
-        await self._db.executemany(_APPEND, self._rows(conversation_id, owner, items))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            await db.execute(
+                "INSERT INTO conversations (id, owner, created_at, metadata) VALUES (?, ?, ?, ?)",
+                (conversation_id, owner, created_at, orjson.dumps(metadata)))
+            await db.executemany(_APPEND, self._rows(conversation_id, owner, items))
         return resource(conversation_id, created_at, metadata)
 
     async def get(self, conversation_id: str, owner: str) -> Json | None:
@@ -93,19 +93,19 @@ class ConversationStore:
 
     async def set_metadata(self, conversation_id: str, owner: str, metadata: dict[str, str],
                            ) -> Json | None:
-        cur = await self._db.execute("UPDATE conversations SET metadata = ? WHERE id = ? AND owner = ?",
-                                     (orjson.dumps(metadata), conversation_id, owner))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            cur = await db.execute("UPDATE conversations SET metadata = ? WHERE id = ? AND owner = ?",
+                                   (orjson.dumps(metadata), conversation_id, owner))
         if (cur.rowcount or 0) == 0:
             return None
         return await self.get(conversation_id, owner)
 
     async def delete(self, conversation_id: str, owner: str) -> bool:
-        cur = await self._db.execute("DELETE FROM conversations WHERE id = ? AND owner = ?",
-                                     (conversation_id, owner))
-        await self._db.execute("DELETE FROM conversation_items WHERE conversation_id = ? AND owner = ?",
-                               (conversation_id, owner))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            cur = await db.execute("DELETE FROM conversations WHERE id = ? AND owner = ?",
+                                   (conversation_id, owner))
+            await db.execute("DELETE FROM conversation_items WHERE conversation_id = ? AND owner = ?",
+                             (conversation_id, owner))
         return (cur.rowcount or 0) > 0
 
     @staticmethod
@@ -119,8 +119,8 @@ class ConversationStore:
         nothing is added)."""
         if not items:
             return await self.get(conversation_id, owner) is not None
-        cur = await self._db.executemany(_APPEND, self._rows(conversation_id, owner, items))
-        await self._db.commit()
+        async with transaction(self._db) as db:  # the whole batch or nothing
+            cur = await db.executemany(_APPEND, self._rows(conversation_id, owner, items))
         return (cur.rowcount or 0) > 0
 
     async def items(self, conversation_id: str, owner: str) -> list[Json]:
@@ -166,8 +166,8 @@ class ConversationStore:
         return None if row is None else dict(orjson.loads(row[0]))
 
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool:
-        cur = await self._db.execute(
-            "DELETE FROM conversation_items WHERE conversation_id = ? AND owner = ? AND item_id = ?",
-            (conversation_id, owner, item_id))
-        await self._db.commit()
+        async with transaction(self._db) as db:
+            cur = await db.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = ? AND owner = ? AND item_id = ?",
+                (conversation_id, owner, item_id))
         return (cur.rowcount or 0) > 0
