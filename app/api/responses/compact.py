@@ -88,5 +88,10 @@ def _text(item: Json) -> str:
 
 def expand(before: list[Json], kept: list[Json]) -> list[Json]:
     """``before`` (the request's items ahead of the compaction item) without the messages the
-    compaction already holds."""
-    return [item for item in before if not any(_same_message(item, k) for k in kept)]
+    compaction already holds (the same id, or the same role and text: :func:`_same_message`),
+    matched through hashed keys, linear in both lists."""
+    messages = [k for k in kept if k.get("type", "message") == "message"]
+    ids = {k.get("id") for k in messages if k.get("id")}
+    texts = {(k.get("role"), _text(k)) for k in messages}
+    return [item for item in before if item.get("type", "message") != "message"
+            or not ((item.get("id") and item.get("id") in ids) or (item.get("role"), _text(item)) in texts)]

@@ -78,7 +78,8 @@ def resolve(previous: list[Json], new: list[Json], sealer: Sealer, tenant: str) 
             kept = compact.open_items(item.get("encrypted_content"), sealer, tenant, param)
             mine = [(x, label) for x, label in zip(items[start:], labels[start:], strict=True)]
             left = compact.expand([x for x, _ in mine], kept)
-            left_labels = [label for x, label in mine if any(x is y for y in left)]
+            remaining = {id(y) for y in left}  # linear: identity of the items kept
+            left_labels = [label for x, label in mine if id(x) in remaining]
             items[start:], labels[start:] = left + kept, left_labels + [at] * len(kept)
             continue
         if kind == "reasoning" and item.get("encrypted_content") is not None:

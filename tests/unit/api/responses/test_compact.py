@@ -9,7 +9,10 @@ from typing import Any
 
 import httpx
 import openai
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from app.api.responses import compact
 from app.api.responses.compact import kept_items
 from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
@@ -127,3 +130,19 @@ async def test_bound_to_the_api_key_that_compacted() -> None:
         alice = await c.post("/v1/responses", json=body, headers={"authorization": "Bearer alice"})
     assert bob.status_code == 400 and bob.json()["error"]["param"] == "input[2].encrypted_content"
     assert alice.status_code == 200
+
+
+_ITEM = st.fixed_dictionaries({
+    "type": st.sampled_from(["message", "function_call"]),
+    "role": st.sampled_from(["user", "assistant"]),
+    "content": st.sampled_from(["a", "b", [{"type": "input_text", "text": "a"}]]),
+}, optional={"id": st.sampled_from(["m1", "m2", ""])})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ITEM, max_size=8), st.lists(_ITEM, max_size=8))
+def test_expand_keeps_what_the_pairwise_rule_keeps(before: list[dict[str, Any]],
+                                                   kept: list[dict[str, Any]]) -> None:
+    """The hashed, linear expand (6,000 items took 28.8 s pairwise) is the pairwise rule."""
+    want = [i for i in before if not any(compact._same_message(i, k) for k in kept)]
+    assert compact.expand(before, kept) == want
