@@ -34,8 +34,8 @@ def answer_problem(text: str, schema: dict[str, Any]) -> str | None:
     """What is wrong with ``text`` as the JSON answer ``schema`` describes, or None."""
     try:
         value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return f"the answer is not JSON: {text[:80]!r}"
+    except orjson.JSONDecodeError as exc:  # where, never what: the text is the model's output
+        return f"the answer is not JSON ({exc})"
     return _problem(value, schema, "the answer")
 
 

@@ -90,3 +90,12 @@ async def test_without_strict_the_answer_is_returned_as_written(strict: bool | N
     async with gateway(_upstream(BAD["prose"])) as c:
         r = await c.post("/v1/chat/completions", json=_chat(strict))
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == BAD["prose"]
+
+
+def test_a_violation_never_quotes_the_models_output() -> None:
+    """The error goes to the client: where the JSON breaks, not the (possibly hidden) text."""
+    from app.engine.schema_check import answer_problem
+
+    problem = answer_problem("<|channel|>analysis the secret plan", {"type": "object"})
+    assert problem is not None and "secret" not in problem and "channel" not in problem
+    assert "line 1 column 1" in problem
