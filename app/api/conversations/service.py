@@ -27,6 +27,7 @@ from app.api.responses.sealing import Sealer
 from app.core.access import Principal
 from app.core.errors import InvalidRequest, NotFound
 from app.core.ids import random_id
+from app.core.media import check_image_url
 from app.engine.run import Run, RunHooks
 from schemas.conversations import AddItemsBody, CreateConversationBody, UpdateConversationBody
 
@@ -78,6 +79,21 @@ def _reasoning_text(item: Json) -> str:
     return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
+def _check_images(item: Json, at: str) -> None:
+    """An image a response could never send (an http(s) URL, a file id) is a 400 at the door."""
+    for key in ("content", "output"):
+        parts = item.get(key)
+        if not isinstance(parts, list):
+            continue
+        for j, part in enumerate(parts):
+            if isinstance(part, dict) and part.get("type") == "input_image":
+                where = f"{at}.{key}[{j}]"
+                if not part.get("image_url"):
+                    raise InvalidRequest("input_image needs image_url (file_id is not supported).",
+                                         param=where)
+                check_image_url(str(part["image_url"]), where)
+
+
 class ConversationsService:
     def __init__(self, store: ConversationStore, sealer: Sealer) -> None:
         self.store = store
@@ -97,6 +113,8 @@ class ConversationsService:
                 exc.param = "items" + exc.param[len("input"):]
                 exc.message = exc.message.replace("input[", "items[")
             raise
+        for i, item in enumerate(resolved.items):  # refused now, not on every later response
+            _check_images(item, f"items[{i}]")
         return [with_status(item) for item in resolved.items]
 
     def _outgoing(self, item: Json, include: list[str], who: Principal) -> Json:

@@ -134,3 +134,15 @@ async def test_bad_ids_and_bodies_on_every_route() -> None:
         assert r.status_code == 400 and r.json()["error"]["param"].startswith("items[0]"), r.text
         # nothing was added by any of these
         assert (await c.get(f"/v1/conversations/{conv}/items")).json()["data"] == []
+
+
+async def test_an_image_a_response_could_never_send_is_refused_when_stored() -> None:
+    """An http(s) image URL stored in a conversation made every later response a 400."""
+    image = {"role": "user", "content": [{"type": "input_image", "image_url": "https://example.com/a.png"}]}
+    async with gateway(FakeLlamaCpp(ANSWER).transport()) as c:
+        r = await c.post("/v1/conversations", json={"items": [image]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].content[0]", r.text
+        conv = (await c.post("/v1/conversations", json={})).json()["id"]
+        r = await c.post(f"/v1/conversations/{conv}/items", json={"items": [image]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "items[0].content[0]", r.text
+        assert (await c.get(f"/v1/conversations/{conv}/items")).json()["data"] == []
