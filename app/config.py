@@ -132,6 +132,7 @@ class LimitSettings(_Strict):
     tokens_per_minute: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)  # generations in flight per key
     max_n: int = Field(default=8, ge=1)  # choices per chat completion (n); each is a generation
+    max_websockets: int = Field(default=16, ge=1)  # open Responses WebSockets per key (or address)
     # Admission control for the whole gateway process: generations in flight (default: the
     # upstream connection pool size), how many may wait for a slot, and for how long; beyond
     # either bound a request is a 503 with Retry-After.

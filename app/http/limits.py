@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -42,6 +43,7 @@ class _Usage:
     requests: collections.deque[float] = field(default_factory=collections.deque)
     tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
     in_flight: int = 0
+    sockets: int = 0  # open WebSockets
 
     token_total: int = 0  # the sum over ``tokens``, kept as they come and go
 
@@ -101,9 +103,35 @@ class LimitsMiddleware:
                                code="concurrency_limit_exceeded")
         return None
 
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A Responses WebSocket: at most ``max_websockets`` open per key (a 429 instead of the
+        upgrade beyond), each message a request under the key's limits (:class:`TurnLimits`)."""
+        usage, _ = self._usage(scope)
+        cap = self.settings.max_websockets
+        if usage.sockets >= cap:
+            message = await receive()  # websocket.connect
+            if message["type"] == "websocket.connect":
+                await self._refuse_upgrade(send, f"Too many open WebSockets for this key (limit {cap}).")
+            return
+        usage.sockets += 1
+        scope.setdefault("state", {})["limits"] = TurnLimits(self, scope)  # checked per message
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            usage.sockets -= 1
+
+    @staticmethod
+    async def _refuse_upgrade(send: Send, message: str) -> None:
+        body = orjson.dumps(error_body(message, "rate_limit_error", "too_many_websockets"))
+        await send({"type": "websocket.http.response.start", "status": 429, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"1")]})
+        await send({"type": "websocket.http.response.body", "body": body})
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and scope["path"] in GENERATION_PATHS:
-            scope.setdefault("state", {})["limits"] = TurnLimits(self, scope)  # checked per message
+            await self._socket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -11,7 +11,9 @@ message, param, type}}``, no ``sequence_number``).  What this module adds, follo
 WebSocket mode (the public compliance suite tests it):
 
 * One response at a time per socket: messages that arrive while a response streams wait in
-  order (at most :data:`MAX_PENDING`; one more is refused with a 429 error event).  A bad
+  order (at most :data:`MAX_PENDING`, and ``limits.max_body_bytes`` in all; one more is
+  refused with a 429 error event).  A key has at most ``limits.max_websockets`` sockets open
+  (:mod:`app.http.limits`: a 429 instead of the upgrade).  A bad
   message (not JSON, not a ``response.create``, invalid body, over ``limits.max_body_bytes``)
   is answered by an error event and the socket stays open.
 * Chaining: ``previous_response_id`` works as over HTTP, and the socket also remembers its most
@@ -152,6 +154,7 @@ class Session:
         self.dialect = choose(config.responses.event_dialect, ws.headers)
         self.limit = config.limits.max_body_bytes
         self.inbox: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
+        self.pending_bytes = 0  # of the messages waiting: at most limits.max_body_bytes
         limits = ws.scope.get("state", {}).get("limits")
         self.limits = limits if isinstance(limits, TurnLimits) else None
         shutdown = ws.scope.get("extensions", {}).get(EXTENSION, {}).get("event")
@@ -198,16 +201,23 @@ class Session:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            if self.inbox.full():
+            size = len(message.get("text") or message.get("bytes") or b"")
+            if size > self.limit:  # answered in its turn, without holding its bytes
+                message = {"type": "websocket.receive", "text": None, "ocm_size": size}
+                size = 0
+            if self.inbox.full() or self.pending_bytes + size > self.limit:
                 await self._send(error_event(GatewayError(
-                    f"More than {MAX_PENDING} response.create messages are waiting: a socket "
-                    "answers one at a time.", code="too_many_pending_requests", status=429)))
+                    f"Too many response.create messages are waiting (at most {MAX_PENDING}, "
+                    f"{self.limit} bytes in all): a socket answers one at a time.",
+                    code="too_many_pending_requests", status=429)))
                 continue
+            self.pending_bytes += size
             self.inbox.put_nowait(message)
 
     async def _work(self) -> None:
         while True:
             message = await self.inbox.get()
+            self.pending_bytes -= len(message.get("text") or message.get("bytes") or b"")
             await self._turn(message)
 
     async def _send(self, payload: Json) -> None:
@@ -221,6 +231,9 @@ class Session:
         try:
             try:
                 raw = message.get("text")
+                if message.get("ocm_size"):
+                    raise InvalidRequest(f"Message over {self.limit} bytes.", code="request_too_large",
+                                         status=413)
                 if raw is None:
                     raise InvalidRequest("Binary messages are not accepted: send response.create as "
                                          "text.", code="invalid_json")

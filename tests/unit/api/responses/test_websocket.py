@@ -349,3 +349,31 @@ async def test_a_call_of_a_tool_not_offered_ends_the_response_failed_and_the_soc
         await ws.send(create(input="Weather?", tools=[TIME_TOOL], stream=True))  # as the Agents SDK sends
         events, error = await turn(ws)
         assert error is None and final_of(events)["status"] == "failed"
+
+
+async def test_a_key_has_a_bounded_number_of_sockets_and_pending_bytes() -> None:
+    cfg = config()
+    cfg.limits.max_websockets = 2
+    cfg.limits.max_body_bytes = 4096
+    upstream = EndlessUpstream()
+    async with served(endless_transport(upstream), cfg) as host:
+        first = await connect(f"ws://{host}/v1/responses")
+        second = await connect(f"ws://{host}/v1/responses")
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(f"ws://{host}/v1/responses")
+        assert refused.value.response.status_code == 429
+        assert json.loads(refused.value.response.body)["error"]["code"] == "too_many_websockets"
+        await second.close()
+        third = await connect(f"ws://{host}/v1/responses")  # a closed socket gave its place back
+        # While a response streams, waiting messages may hold max_body_bytes in all.
+        await first.send(create(input="Talk forever."))
+        await asyncio.wait_for(upstream.five_sent.wait(), 10)
+        await first.send(create(input="x" * 2500))
+        await first.send(create(input="y" * 2500))  # over 4096 bytes waiting: refused
+        while True:
+            event = json.loads(await asyncio.wait_for(first.recv(), 10))
+            if event["type"] == "error" and "sequence_number" not in event:
+                break
+        assert event["status"] == 429 and event["error"]["code"] == "too_many_pending_requests"
+        for ws in (first, third):
+            await ws.close()
