@@ -14,13 +14,13 @@ input, and :class:`ConversationHooks` appends its input and output items when it
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
 from typing import Any
 
 from app.api.conversations.store import ConversationStore
+from app.api.responses import file_jobs
 from app.api.responses.ingest import stored_items
 from app.api.responses.resolve import INCLUDE, has_files, resolve, seal_reasoning
 from app.api.responses.sealing import Sealer
@@ -105,7 +105,7 @@ class ConversationsService:
         new = stored_items(items, "items")
         try:
             if has_files(new):
-                resolved = await asyncio.to_thread(resolve, [], new, self.sealer, who.tenant)
+                resolved = await file_jobs.run(lambda: resolve([], new, self.sealer, who.tenant))
             else:
                 resolved = resolve([], new, self.sealer, who.tenant)
         except InvalidRequest as exc:  # resolve names the request's items input[i]

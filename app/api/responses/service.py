@@ -17,7 +17,7 @@ from typing import Any
 
 from app.api.conversations.service import ConversationsService
 from app.api.conversations.store import ConversationStore
-from app.api.responses import compact
+from app.api.responses import compact, file_jobs
 from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
@@ -197,7 +197,7 @@ class ResponsesService:
         previous = await self._previous(body, who)
         new = new_input_items(body)
         if has_files(new):
-            resolved = await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
+            resolved = await file_jobs.run(lambda: resolve(previous, new, self.sealer, who.tenant))
         else:
             resolved = resolve(previous, new, self.sealer, who.tenant)
         if self._conversation_id(body) is None:

@@ -159,3 +159,73 @@ async def test_file_url_is_a_400_before_any_upstream_call() -> None:
     assert r.status_code == 400 and not up.requests
     assert r.json()["error"]["param"] == "input[1].content[0].file_url"
     assert r.json()["error"]["code"] == "unsupported_file"
+
+
+def test_a_pdf_cpu_bomb_is_refused_before_it_is_parsed() -> None:
+    """30 pages sharing one 1.4 MB content stream (7 KB on the wire) took 146 s of CPU."""
+    import time
+
+    from tests.support.pdf import make_bomb
+
+    bomb = make_bomb(30, 200_000)
+    assert len(bomb) < 16_000
+    t0 = time.monotonic()
+    err = _fails({"filename": "a.pdf", "file_data": _b64(bomb)})
+    assert "drawing commands" in err.message and time.monotonic() - t0 < 5
+
+
+def test_drawing_operators_and_time_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.api.responses import file_jobs
+    from tests.support.pdf import make_bomb
+
+    monkeypatch.setattr(files, "MAX_OPERATORS", 10_000)
+    err = _fails({"filename": "a.pdf", "file_data": _b64(make_bomb(1, 20_000))})
+    assert "drawing operators" in err.message
+    monkeypatch.setattr(files, "MAX_OPERATORS", 10_000_000)
+    monkeypatch.setattr(file_jobs, "SECONDS", 0.0)  # a job past its deadline stops at a check
+    err = _fails({"filename": "a.pdf", "file_data": _b64(make_bomb(2, 5_000))})
+    assert "too long to read" in err.message
+
+
+async def test_files_have_a_bounded_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.api.responses import file_jobs
+
+    monkeypatch.setattr(file_jobs, "QUEUE", 0)
+    content = [{"type": "input_text", "text": "Read it."},
+               {"type": "input_file", "filename": "a.txt", "file_data": _b64(b"hello")}]
+    async with gateway(FakeLlamaCpp(ANSWER).transport()) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL,
+                                                "input": [{"role": "user", "content": content}]})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "server_overloaded"
+    assert int(r.headers["retry-after"]) >= 1
+
+
+async def test_a_client_that_leaves_stops_its_file_job() -> None:
+    import asyncio
+    import time
+
+    from app.api.responses import file_jobs
+
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    stopped: list[float] = []
+
+    def work() -> None:
+        job = file_jobs.budget()
+        loop.call_soon_threadsafe(started.set)
+        try:
+            while True:
+                job.check("input[0]")
+                time.sleep(0.01)
+        except file_jobs.Cancelled:
+            stopped.append(time.monotonic())
+
+    task = asyncio.ensure_future(file_jobs.run(work))
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()
+    t0 = time.monotonic()
+    for _ in range(100):
+        if stopped:
+            break
+        await asyncio.sleep(0.01)
+    assert stopped and stopped[0] - t0 < 0.5  # the job saw the flag at its next check
