@@ -26,6 +26,7 @@ from app.engine.stream import EventStream, invalid_output
 from app.formats.catalog import HarmonyFormat, PromptFormat
 
 log = logging.getLogger("ocm_gateway")
+BIG_MESSAGES = 256  # a conversation with more is rendered in a worker thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +196,14 @@ async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParam
     await route.format.prepare()
     window = await context_window(route)
 
+    big = len(conv.messages) > BIG_MESSAGES
+
     async def attempt(candidate: Conversation, dropped: int) -> Prepared:
-        prompt = await tokenize(route, render(route, candidate, params))
+        # Rendering a long history is CPU work: off the event loop (the thread gives the GIL
+        # back every few ms, so other requests and /health keep being answered).
+        rendered = (await asyncio.to_thread(render, route, candidate, params) if big
+                    else render(route, candidate, params))
+        prompt = await tokenize(route, rendered)
         if truncate and prompt_tokens(prompt) is None and (
                 estimate_tokens(prompt) + (params.max_tokens or 0) >= window):
             raise ContextLengthExceeded("The input is estimated not to fit the context window.",

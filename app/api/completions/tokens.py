@@ -10,6 +10,7 @@ OpenAI-compatible backends have none: a 400 naming ``model``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from fastapi import APIRouter, Request
@@ -37,9 +38,11 @@ async def tokenize(route: ModelRoute, text: str, add_special: bool, pieces: bool
                    ) -> tuple[list[int], list[str] | None]:
     if _harmony(route):  # o200k_harmony adds no BOS / EOS
         enc = harmony_encoding()
-        ids = encode_text(enc, text, allowed_special="all")
-        strs = [enc.decode([i]) for i in ids] if pieces else None
-        return ids, strs
+        def work() -> tuple[list[int], list[str] | None]:
+            ids = encode_text(enc, text, allowed_special="all")
+            return ids, [enc.decode([i]) for i in ids] if pieces else None
+
+        return await asyncio.to_thread(work) if len(text) > 16_384 else work()
     return await passthrough(route.backend).tokenize(text, add_special, pieces)
 
 

@@ -35,6 +35,7 @@ from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, 
 
 Json = dict[str, Any]
 CONVERSATION = "conversation"  # the label of context items that come from a conversation
+BIG = 256  # items: more are resolved / compacted in a worker thread (the event loop stays free)
 
 
 def _not_found(response_id: str, param: str = "response_id") -> NotFound:
@@ -198,6 +199,8 @@ class ResponsesService:
         new = new_input_items(body)
         if has_files(new):
             resolved = await file_jobs.run(lambda: resolve(previous, new, self.sealer, who.tenant))
+        elif len(previous) + len(new) > BIG:  # CPU (sealed items, compaction): off the event loop
+            resolved = await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
         else:
             resolved = resolve(previous, new, self.sealer, who.tenant)
         if self._conversation_id(body) is None:
@@ -217,7 +220,8 @@ class ResponsesService:
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
         resolved = await self._context(body, who)
         context = resolved.items
-        conv = build_conversation(body, context, labels=resolved.labels)
+        conv = (await asyncio.to_thread(build_conversation, body, context, labels=resolved.labels)
+                if len(context) > BIG else build_conversation(body, context, labels=resolved.labels))
         if seen is not None:
             seen(context)
         response_id = random_id("resp_")
@@ -271,8 +275,12 @@ class ResponsesService:
         self.registry.route(body.model)
         resolved = await self._context(body, who)
         create = CreateResponseBody.model_construct(model=body.model, instructions=body.instructions)
-        build_conversation(create, resolved.items, labels=resolved.labels)  # the input must be valid
-        return compact.resource(resolved.items, self.sealer, who.tenant)
+
+        def work() -> Json:  # CPU: validating and sealing every item
+            build_conversation(create, resolved.items, labels=resolved.labels)  # the input must be valid
+            return compact.resource(resolved.items, self.sealer, who.tenant)
+
+        return await asyncio.to_thread(work) if len(resolved.items) > BIG else work()
 
     async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
         run = self._inflight(response_id, who)
