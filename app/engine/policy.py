@@ -23,7 +23,8 @@ from app.engine.schema_check import answer_problem, arguments_problem
 class StopSequences:
     """Held text is kept as whole deltas, so every emitted delta carries exactly the logprobs
     of the tokens behind its text (a delta cut by a stop string keeps those of the tokens
-    before the cut)."""
+    before the cut, and, with logprobs, its text ends with the last whole token: a token the
+    stop string begins inside is dropped with its leading characters)."""
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = stops
@@ -65,8 +66,11 @@ class StopSequences:
                 pos += len(delta.text)
                 continue
             part = delta.text[:cut - pos]
+            logprobs = _logprobs_within(delta, len(part))
+            if delta.logprobs:  # the text ends where its last whole token does: they match
+                part = "".join(lp.token for lp in logprobs or ())
             if part:
-                out.append(ev.TextDelta(part, _logprobs_within(delta, len(part))))
+                out.append(ev.TextDelta(part, logprobs))
             break
         self._held, self._held_len = [], 0
         return [d for d in out if isinstance(d, ev.TextDelta) and d.text]

@@ -55,7 +55,16 @@ def test_output_is_the_text_before_the_first_completed_stop(pieces: list[str], s
     out, matched = _run(pieces, tuple(stops))
     emitted = "".join(d.text for d in out)
     assert matched == bool(ends)
-    assert emitted == (text[:min(ends)[1]] if ends else text)
+    # Each piece is one token with a logprob: the text ends with the last whole token before
+    # the stop string (a token the stop begins inside goes, with its leading characters).
+    whole, size = [], 0
+    for piece in pieces:
+        if ends and size + len(piece) > min(ends)[1]:
+            break
+        whole.append(piece)
+        size += len(piece)
+    assert emitted == "".join(whole)
+    assert emitted == "".join(lp.token for d in out for lp in d.logprobs or ())
     for d in out:  # every token's logprob is on the delta that carries its text
         assert all(lp.token in d.text or d.text in lp.token for lp in d.logprobs or ())
 
@@ -71,3 +80,23 @@ def test_one_call_drops_every_call_event_after_the_first_call() -> None:
     one, many = OneCall(parallel=False), OneCall(parallel=True)
     assert [e for e in events if one.keep(e)] == events[:3] + events[-1:]
     assert [e for e in events if many.keep(e)] == events
+
+
+def test_with_logprobs_the_cut_text_is_exactly_its_tokens() -> None:
+    """Stop "STOP" inside the token " STOP": the text was "Hello world " while the logprobs
+    ended at " world" (the trailing space had no token)."""
+    from app.core.output import TokenLogprob
+
+    tokens = ("Hello", " world", " STOP", " more")
+    lps = tuple(TokenLogprob(t, -0.1) for t in tokens)
+    stops = StopSequences(("STOP",))
+    out = stops.feed(ev.TextDelta("".join(tokens), lps))
+    text = "".join(e.text for e in out if isinstance(e, ev.TextDelta))
+    got = [lp.token for e in out if isinstance(e, ev.TextDelta) for lp in e.logprobs or ()]
+    assert stops.matched and text == "Hello world" == "".join(got)
+
+
+def test_without_logprobs_the_cut_is_exact() -> None:
+    stops = StopSequences(("STOP",))
+    out = stops.feed(ev.TextDelta("Hello world STOP more"))
+    assert "".join(e.text for e in out if isinstance(e, ev.TextDelta)) == "Hello world "
