@@ -54,6 +54,7 @@ from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import Principal
 from app.core.errors import GatewayError, InvalidRequest, ServerShutdown, error_fields
 from app.engine.run import Run
+from app.http import memory
 from app.http.auth import check_model, principal
 from app.http.body import BodyRejected, parse_json
 from app.http.errors import validation_message
@@ -66,6 +67,7 @@ router = APIRouter()
 log = logging.getLogger("ocm_gateway")
 
 MAX_PENDING = 16  # response.create messages waiting behind the one in flight
+BIG_MESSAGES = 4 * 1024 * 1024  # a socket that received more trims the heap when it closes
 HTTP_ONLY = ("background",)  # x-openresponses-disallowed; stream(_options) are tolerated
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 CONTINUABLE = frozenset({"completed", "incomplete"})
@@ -155,6 +157,7 @@ class Session:
         self.limit = config.limits.max_body_bytes
         self.inbox: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
         self.pending_bytes = 0  # of the messages waiting: at most limits.max_body_bytes
+        self.held_bytes = 0  # of every message the socket received
         limits = ws.scope.get("state", {}).get("limits")
         self.limits = limits if isinstance(limits, TurnLimits) else None
         shutdown = ws.scope.get("extensions", {}).get(EXTENSION, {}).get("event")
@@ -182,6 +185,9 @@ class Session:
                 self.ws.client_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await self.ws.close(1011)
+        if self.held_bytes > BIG_MESSAGES:  # give what its waiting messages held back to the OS
+            self.inbox = asyncio.Queue(MAX_PENDING)
+            await memory.trim()
 
     async def _stop_on_shutdown(self, worker: asyncio.Task[None]) -> None:
         """The server is stopping: end the response in flight with its terminal event, then
@@ -212,6 +218,7 @@ class Session:
                     code="too_many_pending_requests", status=429)))
                 continue
             self.pending_bytes += size
+            self.held_bytes += size
             self.inbox.put_nowait(message)
 
     async def _work(self) -> None:
