@@ -19,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import aiosqlite
 
 from app.core.errors import GatewayError
 
+T = TypeVar("T")
 BUSY_MS = 5000
 _LOCKS: weakref.WeakKeyDictionary[aiosqlite.Connection, asyncio.Lock] = weakref.WeakKeyDictionary()
 
@@ -43,21 +45,51 @@ async def configure(db: aiosqlite.Connection) -> None:
     await db.execute("PRAGMA synchronous=NORMAL")
 
 
+async def _complete(step: Awaitable[T]) -> T:
+    """Await ``step`` to its end even if the caller is cancelled meanwhile (then re-raise): a
+    ``BEGIN`` or ``ROLLBACK`` already queued on the connection's thread runs anyway, and
+    leaving before it did would leave the connection inside a transaction."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
+
+
+async def _begin(db: aiosqlite.Connection) -> None:
+    try:
+        await _complete(db.execute("BEGIN IMMEDIATE"))
+    except sqlite3.OperationalError as exc:
+        if "within a transaction" not in str(exc):
+            raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+        # Left open by a statement outside these transactions: undo it and start afresh.
+        await _complete(db.rollback())
+        try:
+            await _complete(db.execute("BEGIN IMMEDIATE"))
+        except sqlite3.OperationalError as again:
+            raise StoreBusy(f"The store is busy ({again}); try again.") from None
+
+
 @asynccontextmanager
 async def transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
+    """One write: ``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any error or
+    cancellation (which are finished before the lock is released, cancelled or not)."""
     lock = _LOCKS.get(db)
     if lock is None:
         lock = _LOCKS[db] = asyncio.Lock()
     async with lock:
-        try:
-            await db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+        await _begin(db)
         try:
             yield db
-            await db.commit()
         except BaseException as exc:
-            await asyncio.shield(db.rollback())
+            await _complete(db.rollback())
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+            raise
+        try:
+            await _complete(db.commit())
+        except BaseException:
+            if db.in_transaction:
+                await _complete(db.rollback())
             raise

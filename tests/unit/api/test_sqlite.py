@@ -78,3 +78,25 @@ async def test_a_failed_write_rolls_back_and_leaves_the_connection_usable(tmp_pa
     assert await store.append("conv_1", "t", [{"id": "c", "type": "message"}])
     assert [i["id"] for i in await store.items("conv_1", "t")] == ["a", "c"]
     await store.close()
+
+
+async def test_a_cancelled_write_never_leaves_the_connection_inside_a_transaction(tmp_path: Path) -> None:
+    """A client that leaves mid-write (its task cancelled while BEGIN or an INSERT is queued on
+    the connection's thread) left a transaction open: every later write on the shared
+    connection failed ("cannot start a transaction within a transaction")."""
+    import contextlib
+
+    store = await ConversationStore.open(tmp_path / "s.sqlite3")
+    await store.create("conv_1", "t", 0, {}, [])
+    for steps in range(12):  # cancel at every point of the write
+        task = asyncio.ensure_future(store.append("conv_1", "t", [{"id": f"c{steps}", "type": "message"}]))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert await store.append("conv_1", "t", [{"id": f"ok{steps}", "type": "message"}])
+        assert not store._db.in_transaction
+    ids = [i["id"] for i in await store.items("conv_1", "t")]
+    assert [i for i in ids if i.startswith("ok")] == [f"ok{n}" for n in range(12)]
+    await store.close()
