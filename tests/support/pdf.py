@@ -18,16 +18,7 @@ def make_pdf(*pages: str) -> bytes:
                        f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets: list[int] = []
-    for i, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return _written(objects)
 
 
 def make_bomb(pages: int, operators: int) -> bytes:
@@ -47,6 +38,11 @@ def make_bomb(pages: int, operators: int) -> bytes:
     objects.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed
                    + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return _written(objects)
+
+
+def _written(objects: list[bytes]) -> bytes:
+    """The objects (numbered from 1, the catalog first) as a PDF with a cross-reference table."""
     out = bytearray(b"%PDF-1.4\n")
     offsets: list[int] = []
     for i, body in enumerate(objects, 1):

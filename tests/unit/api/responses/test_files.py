@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.api.responses import files
 from app.api.responses.files import extract
+from app.cli.conformance.responses import _one_page_pdf
 from app.core.errors import InvalidRequest
 from app.formats.harmony.vocab import harmony_encoding
 from tests.support.fake_llamacpp import FakeLlamaCpp
@@ -50,17 +51,15 @@ def test_pdf_pages_by_media_type_extension_or_magic() -> None:
 
 
 def _bare_pdf(text: str, *, trailer: bool) -> bytes:
-    """A one-page PDF written by hand with no cross-reference table and no ``startxref`` (and
-    without a trailer if asked), as small generators and the Open Responses compliance suite's
-    fixture write them."""
-    content = f"BT /F1 24 Tf 100 700 Td ({text}) Tj ET".encode()
-    objects = [b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
-               b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R"
-               b"/Resources<</Font<</F1 5 0 R>>>>>>",
-               b"<</Length %d>>\nstream\n%s\nendstream" % (len(content), content),
-               b"<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>"]
-    out = b"%PDF-1.4\n" + b"".join(b"%d 0 obj\n%s\nendobj\n" % (i, o) for i, o in enumerate(objects, 1))
-    return out + (b"trailer\n<</Root 1 0 R>>\n" if trailer else b"") + b"%%EOF\n"
+    """A one-page PDF with no cross-reference table and no ``startxref`` (the conformance
+    runner's, as small generators and the Open Responses compliance suite's fixture write
+    them), without its trailer if asked."""
+    pdf = _one_page_pdf(text)
+    assert b"xref" not in pdf and b"startxref" not in pdf
+    if not trailer:
+        pdf = pdf.replace(b"trailer\n<</Root 1 0 R>>\n", b"")
+        assert b"trailer" not in pdf
+    return pdf
 
 
 @pytest.mark.parametrize("trailer", [True, False])
