@@ -196,7 +196,8 @@ class ResponsesService:
         """Previous context + the request's input, resolved (:mod:`.resolve`): reasoning and
         compaction items opened, files read (in a thread: PDF text is CPU work)."""
         previous = await self._previous(body, who)
-        new = new_input_items(body)
+        many = isinstance(body.input, list) and len(body.input) > BIG  # dumping them is CPU work
+        new = await asyncio.to_thread(new_input_items, body) if many else new_input_items(body)
         if has_files(new):
             resolved = await file_jobs.run(lambda: resolve(previous, new, self.sealer, who.tenant))
         elif len(previous) + len(new) > BIG:  # CPU (sealed items, compaction): off the event loop
