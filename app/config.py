@@ -178,6 +178,34 @@ class ResponsesSettings(_Strict):
     previous_encryption_keys: list[str] = []  # still open tokens sealed before a key rotation
 
 
+class McpServerConfig(_Strict):
+    """An MCP server the operator offers by label: a request names it with ``server_label``
+    alone (``server_url`` may be left out) and never sees its headers."""
+
+    url: str
+    headers: dict[str, str] = {}
+    description: str | None = None
+    require_approval: Literal["always", "never"] | None = None  # None: what the request says
+
+
+class McpSettings(_Strict):
+    # URL prefixes a request's own ``server_url`` may name (SSRF: the default names none)
+    allowed_urls: list[str] = []
+    servers: dict[str, McpServerConfig] = {}
+
+
+class ToolSettings(_Strict):
+    """The agentic loop of /v1/responses (hosted tools) and its bounds."""
+
+    max_rounds: int = Field(default=8, ge=1)  # generations per response when tools are run
+    deadline_seconds: float = Field(default=300.0, gt=0)  # wall clock per response with hosted tools
+    call_timeout: float = Field(default=60.0, gt=0)  # one tool call
+    connect_timeout: float = Field(default=10.0, gt=0)  # reaching and listing a tool server
+    max_parallel: int = Field(default=4, ge=1)  # hosted calls of one step run at once
+    max_output_chars: int = Field(default=32_768, ge=256)  # a tool's output as the model sees it
+    mcp: McpSettings = McpSettings()
+
+
 class AuthSettings(_Strict):
     keys: list[ApiKey] = []  # empty: no authentication
 
@@ -191,6 +219,7 @@ class GatewayConfig(_Strict):
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    tools: ToolSettings = ToolSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}

@@ -137,6 +137,51 @@ class CompactionItem(_Wire):
     created_by: str | None = None
 
 
+class McpToolInfo(_Wire):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = {}
+    annotations: dict[str, Any] | None = None
+
+
+class McpListToolsItem(_Wire):
+    """The tools an MCP server offered (kept so a later turn need not list them again)."""
+
+    type: Literal["mcp_list_tools"]
+    id: str | None = None
+    server_label: str
+    tools: list[McpToolInfo] = Field(default=[], max_length=1024)
+    error: str | None = None
+
+
+class McpCallItem(_Wire):
+    type: Literal["mcp_call"]
+    id: str = Field(min_length=1, max_length=128)
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: str | None = None
+    status: str | None = None
+    approval_request_id: str | None = None
+
+
+class McpApprovalRequestItem(_Wire):
+    type: Literal["mcp_approval_request"]
+    id: str = Field(min_length=1, max_length=128)
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(_Wire):
+    type: Literal["mcp_approval_response"]
+    id: str | None = None
+    approval_request_id: str = Field(min_length=1, max_length=128)
+    approve: bool
+    reason: str | None = None
+
+
 class ItemReference(_Wire):
     type: Literal["item_reference"]
     id: str
@@ -161,6 +206,10 @@ InputItem = Annotated[
     | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[McpListToolsItem, Tag("mcp_list_tools")]
+    | Annotated[McpCallItem, Tag("mcp_call")]
+    | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]
@@ -205,6 +254,31 @@ class NamespaceToolParam(_Wire):
         min_length=1, max_length=128)
 
 
+class McpToolFilter(_Wire):
+    tool_names: list[str] = Field(default=[], max_length=1024)
+    read_only: bool | None = None
+
+
+class McpApprovalFilter(_Wire):
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
+
+
+class McpToolParam(_Wire):
+    """``{"type": "mcp", ...}`` as OpenAI's API has it: a remote MCP server (by URL the
+    operator allows, or an operator-configured server by label)."""
+
+    type: Literal["mcp"]
+    server_label: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    server_url: str | None = Field(default=None, max_length=2048)
+    connector_id: str | None = None
+    authorization: str | None = Field(default=None, max_length=8192)
+    headers: dict[str, str] | None = None
+    allowed_tools: list[str] | McpToolFilter | None = None
+    require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
+    server_description: str | None = Field(default=None, max_length=8192)
+
+
 # Tools OpenAI runs itself (or asks the client to run through a dedicated item type).  The
 # gateway accepts each of them and applies the per-type policy of ``app/api/responses/tools.py``.
 HOSTED_TOOL_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
@@ -223,7 +297,7 @@ class HostedToolParam(BaseModel):
 
 def _tool_kind(value: Any) -> str:
     kind = value.get("type", "function") if isinstance(value, dict) else getattr(value, "type", "function")
-    if kind in ("function", "custom", "namespace"):
+    if kind in ("function", "custom", "namespace", "mcp"):
         return str(kind)
     return "hosted" if kind in HOSTED_TOOL_TYPES else str(kind)
 
@@ -232,6 +306,7 @@ ToolParam = Annotated[
     Annotated[FunctionToolParam, Tag("function")]
     | Annotated[CustomToolParam, Tag("custom")]
     | Annotated[NamespaceToolParam, Tag("namespace")]
+    | Annotated[McpToolParam, Tag("mcp")]
     | Annotated[HostedToolParam, Tag("hosted")],
     Discriminator(_tool_kind),
 ]

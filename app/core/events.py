@@ -67,9 +67,34 @@ class ToolCallDone:
 
 
 @dataclass(frozen=True, slots=True)
+class HostedCallStarted:
+    """A hosted-tool call the model did not write in this response: one the client approved
+    (``approval`` is the id of the request it answered), run before the first step."""
+
+    call_id: str
+    name: str
+    arguments: str
+    approval: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostedCallDone:
+    """The gateway ran hosted call ``call_id`` (:mod:`app.engine.loop`); ``error`` is set when
+    the tool failed, timed out or was not run, and ``output`` is then what the model is told."""
+
+    call_id: str
+    output: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
+    """The end; ``limit`` names the bound that ended an agentic loop early (``max_tool_calls``,
+    ``max_rounds``, ``deadline``): the answer is incomplete for that reason."""
+
     reason: FinishReason
     usage: Usage
+    limit: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +116,8 @@ Event = (
     | ToolCallStarted
     | ToolCallArgumentsDelta
     | ToolCallDone
+    | HostedCallStarted
+    | HostedCallDone
     | Finished
     | Error
 )

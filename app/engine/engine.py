@@ -12,15 +12,18 @@ inside its task, so only the planning can fail its request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
 
+from app.core import events as ev
 from app.core.access import ANONYMOUS, Principal
-from app.core.conversation import Conversation, GenerationParams, ReasoningEffort
+from app.core.conversation import Conversation, GenerationParams, ReasoningEffort, ToolCall
 from app.engine.choices import Choices
 from app.engine.generation import ModelRoute, Prepared, open_stream, prepare
+from app.engine.loop import LoopLimits, agent_loop
 from app.engine.registry import Registry
 from app.engine.run import Encoder, Json, Mode, Run, RunHooks
+from app.tools.base import Toolbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,10 @@ class RunRequest:
     conversation: Conversation
     params: GenerationParams
     truncate: bool = False  # drop the oldest turns to fit the window (Responses ``truncation: auto``)
+    # hosted tools: the run becomes an agentic loop (:mod:`app.engine.loop`) that owns the toolbox
+    toolbox: Toolbox | None = None
+    limits: LoopLimits = field(default_factory=LoopLimits)
+    approved: tuple[tuple[ToolCall, str], ...] = ()  # approved calls (and their requests) to run first
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,13 @@ class Engine:
         """Plan, open and start a run.  ``stream`` / ``wait`` runs are opened here, so a
         failure before the first upstream chunk raises; ``background`` runs are persisted
         first and opened by their task."""
+        toolbox = request.toolbox
+        if toolbox is not None:
+            try:
+                return await self._start_loop(request, toolbox, encoder, run_id, mode, owner, hooks)
+            except BaseException:
+                await toolbox.aclose()  # the loop owns it only once it has started
+                raise
         plan, prepared = await self.plan(request)
         run = Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs)
         if mode == "background":
@@ -75,6 +89,38 @@ class Engine:
                 await hooks.started(run)
             except BaseException:
                 await stream.aclose()
+                raise
+        run.begin(stream)
+        return run
+
+    async def _start_loop(self, request: RunRequest, toolbox: Toolbox, encoder: Callable[[Plan], Encoder],
+                          run_id: str, mode: Mode, owner: Principal, hooks: RunHooks | None) -> Run:
+        """A run with hosted tools: its first generation opens here (errors before the first
+        chunk stay HTTP errors) unless approved calls must run first; the loop does the rest."""
+        plan, prepared = await self.plan(request)
+        run = Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs)
+        params = self.registry.with_defaults(request.model, request.params)
+
+        async def events() -> AsyncIterator[ev.Event]:
+            try:
+                first = None if request.approved else await open_stream(plan.route, prepared)
+            except BaseException:
+                await toolbox.aclose()  # idempotent: start() may close it too
+                raise
+            return agent_loop(plan.route, first, prepared, params, toolbox, request.limits,
+                              truncate=request.truncate, approved=request.approved)
+
+        if mode == "background" or request.approved:
+            if hooks is not None:
+                await hooks.started(run)
+            run.begin(events())
+            return run
+        stream = await events()
+        if hooks is not None:
+            try:
+                await hooks.started(run)
+            except BaseException:
+                await stream.aclose()  # type: ignore[attr-defined]
                 raise
         run.begin(stream)
         return run

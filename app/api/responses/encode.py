@@ -18,7 +18,13 @@ construction the fold of the events.  Item mapping:
 * tool call → ``function_call`` item (``response.function_call_arguments.*``), with
   ``namespace`` for a function of a namespace tool; a ``custom`` tool's call →
   ``custom_tool_call`` (its ``input`` unwrapped from the arguments when complete,
-  ``response.custom_tool_call_input.delta`` / ``.done``), see :mod:`app.api.responses.tools`.
+  ``response.custom_tool_call_input.delta`` / ``.done``), see :mod:`app.api.responses.tools`;
+* hosted MCP tools (:mod:`app.api.responses.hosted`): a listing → ``mcp_list_tools``
+  (``response.mcp_list_tools.in_progress`` / ``.completed``) when the response starts; a call
+  the gateway runs → ``mcp_call`` (``response.mcp_call.in_progress``,
+  ``response.mcp_call_arguments.delta`` / ``.done``, then ``response.mcp_call.completed`` or
+  ``.failed`` with its ``output`` / ``error`` once it ran); a call awaiting the client's
+  approval → ``mcp_approval_request``.
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
 from 0 without gaps.
@@ -27,7 +33,7 @@ from 0 without gaps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,13 +83,15 @@ class _Open:
 class ResponsesEncoder:
     def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
                  seal: Callable[[str], str] | None = None,
-                 tools: Mapping[str, WireTool] | None = None, summary: str | None = None) -> None:
+                 tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
+                 list_items: Sequence[Json] = ()) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
         reasoning item's ``encrypted_content`` from its text; ``tools``: model-facing tool
         names → the wire shape of their calls (a name not in it is a plain function);
-        ``summary``: the request's ``reasoning.summary``."""
+        ``summary``: the request's ``reasoning.summary``; ``list_items``: ``mcp_list_tools``
+        items to emit first."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
@@ -91,6 +99,8 @@ class ResponsesEncoder:
         self._summary = summary
         self._seq = 0
         self._open: _Open | None = None
+        self._list_items = list_items
+        self._pending: dict[str, tuple[int, Json]] = {}  # hosted calls waiting for their result
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -112,8 +122,20 @@ class ResponsesEncoder:
     def start(self) -> list[Json]:
         """The run started generating (a queued background response is now in progress)."""
         self._resource["status"] = "in_progress"
-        return [self._event("response.created", response=self.snapshot()),
-                self._event("response.in_progress", response=self.snapshot())]
+        events = [self._event("response.created", response=self.snapshot()),
+                  self._event("response.in_progress", response=self.snapshot())]
+        for listing in self._list_items:
+            index = len(self._resource["output"])
+            item = {**listing, "tools": []}
+            self._resource["output"].append(item)
+            events += [self._event("response.output_item.added", output_index=index, item=dict(item)),
+                       self._event("response.mcp_list_tools.in_progress", item_id=item["id"],
+                                   output_index=index)]
+            item["tools"] = listing["tools"]
+            events += [self._event("response.mcp_list_tools.completed", item_id=item["id"],
+                                   output_index=index),
+                       self._event("response.output_item.done", output_index=index, item=dict(item))]
+        return events
 
     def _add_item(self, kind: str, item: Json) -> list[Json]:
         index = len(self._resource["output"])
@@ -140,7 +162,7 @@ class ResponsesEncoder:
         return None
 
     def _open_item(self, kind: str, **extra: Any) -> list[Json]:
-        if self._open is not None and self._open.kind == kind and kind not in ("tool", "custom"):
+        if self._open is not None and self._open.kind == kind and kind in ("reasoning", "preamble", "text"):
             return []
         events = self._close("completed")
         if kind == "reasoning":
@@ -159,6 +181,20 @@ class ResponsesEncoder:
                     "call_id": extra["call_id"], "name": tool.name, "input": ""}
             if tool.namespace:
                 item["namespace"] = tool.namespace
+        elif kind in ("mcp", "mcp_approval"):
+            tool = self._tools[extra["name"]]
+            item = ({"id": random_id("mcp_"), "type": "mcp_call", "status": "in_progress",
+                     "server_label": tool.namespace, "name": tool.name, "arguments": ""} if kind == "mcp" else
+                    {"id": random_id("mcpr_"), "type": "mcp_approval_request", "server_label": tool.namespace,
+                     "name": tool.name, "arguments": ""})
+            if extra.get("approval"):
+                item["approval_request_id"] = extra["approval"]
+            events += self._add_item(kind, item)
+            if kind == "mcp":
+                self._pending[extra["call_id"]] = (self._open.index if self._open else 0, item)
+                events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
+                                          output_index=self._open.index if self._open else 0))
+            return events
         else:
             item = {"id": random_id("msg_"), "type": "message", "status": "in_progress",
                     "role": "assistant", "phase": "commentary" if kind == "preamble" else "final_answer"}
@@ -174,6 +210,14 @@ class ResponsesEncoder:
             item["arguments"] = text
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
                                       output_index=idx, arguments=text))
+        elif cur.kind in ("mcp", "mcp_approval"):
+            item["arguments"] = text
+            if cur.kind == "mcp":  # the item stays open until the call has run (HostedCallDone)
+                events.append(self._event("response.mcp_call_arguments.done", item_id=item["id"],
+                                          output_index=idx, arguments=text))
+                if status == "completed":
+                    return events
+                self._pending = {k: v for k, v in self._pending.items() if v[1] is not item}
         elif cur.kind == "custom":  # the input exists only once the arguments are complete
             item["input"] = value = custom_input(text)
             if value:
@@ -228,8 +272,11 @@ class ResponsesEncoder:
         if cur.kind == "tool":
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]
-        if cur.kind == "custom":
+        if cur.kind in ("custom", "mcp_approval"):
             return []
+        if cur.kind == "mcp":
+            return [self._event("response.mcp_call_arguments.delta", item_id=item_id, output_index=idx,
+                                delta=text)]
         if cur.kind == "reasoning":
             events = [self._event(self._dialect.reasoning_delta, item_id=item_id, output_index=idx,
                                   content_index=0, delta=text)]
@@ -259,8 +306,13 @@ class ResponsesEncoder:
             return self._close("completed")
         if isinstance(event, ev.ToolCallStarted):
             tool = self._tools.get(event.name)
-            kind = "custom" if tool is not None and tool.kind == "custom" else "tool"
+            kind = "tool" if tool is None or tool.kind == "function" else tool.kind
             return self._open_item(kind, call_id=event.call_id, name=event.name)
+        if isinstance(event, ev.HostedCallStarted):  # an approved call: its arguments are whole
+            events = self._open_item("mcp", call_id=event.call_id, name=event.name, approval=event.approval)
+            return events + self._delta(event.arguments) + self._close("completed")
+        if isinstance(event, ev.HostedCallDone):
+            return self._hosted_done(event)
         if isinstance(event, ev.ToolCallArgumentsDelta):
             return self._delta(event.delta)
         if isinstance(event, ev.ToolCallDone):
@@ -271,12 +323,33 @@ class ResponsesEncoder:
             return self.fail(event)
         return []
 
+    def _hosted_done(self, event: ev.HostedCallDone) -> list[Json]:
+        found = self._pending.pop(event.call_id, None)
+        if found is None:
+            return []
+        index, item = found
+        item["output"] = event.output if event.error is None else (event.output or None)
+        item["error"] = event.error
+        item["status"] = "failed" if event.error is not None else "completed"
+        done = "response.mcp_call.failed" if event.error is not None else "response.mcp_call.completed"
+        return [self._event(done, item_id=item["id"], output_index=index),
+                self._event("response.output_item.done", output_index=index, item=dict(item))]
+
+    def _drop_pending(self) -> list[Json]:
+        """Hosted calls that will not run now (the response ended first)."""
+        events: list[Json] = []
+        for index, item in self._pending.values():
+            item["status"] = "incomplete"
+            events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
+        self._pending.clear()
+        return events
+
     def finish(self, event: ev.Finished) -> list[Json]:
         incomplete = event.reason == "length"
-        events = self._close("incomplete" if incomplete else "completed")
+        events = self._close("incomplete" if incomplete else "completed") + self._drop_pending()
         r = self._resource
         r["status"] = "incomplete" if incomplete else "completed"
-        r["incomplete_details"] = {"reason": "max_output_tokens"} if incomplete else None
+        r["incomplete_details"] = {"reason": event.limit or "max_output_tokens"} if incomplete else None
         r["completed_at"] = int(time.time()) if not incomplete else None
         r["usage"] = usage_body(event.usage)
         self.terminal = True
@@ -284,7 +357,7 @@ class ResponsesEncoder:
         return [*events, self._event(name, response=self.snapshot())]
 
     def fail(self, error: ev.Error) -> list[Json]:
-        events = self._close("incomplete")
+        events = self._close("incomplete") + self._drop_pending()
         r = self._resource
         r["status"] = "failed"
         r["error"] = {"code": error.code, "message": error.message}
@@ -298,7 +371,7 @@ class ResponsesEncoder:
 
     def cancel(self) -> list[Json]:
         """The response was cancelled: close what is open, status ``cancelled``."""
-        events = self._close("incomplete")
+        events = self._close("incomplete") + self._drop_pending()
         self._resource["status"] = "cancelled"
         self.terminal = True
         return [*events, self._event("response.failed", response=self.snapshot())]

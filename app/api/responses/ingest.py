@@ -39,7 +39,8 @@ from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
 _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
-              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
+              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_",
+              "mcp_list_tools": "mcpl_", "mcp_approval_response": "mcpa_"}
 
 
 def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[dict[str, Any]]:
@@ -118,6 +119,8 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
     out: list[Message] = []
     asst = _Assistant()
     known_calls: set[str] = set()
+    denied = {item.approval_request_id for item in parsed
+              if isinstance(item, wire.McpApprovalResponseItem) and not item.approve}
     for i, item in enumerate(parsed):
         if labels is not None:
             at = labels[i]
@@ -159,6 +162,20 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
                                          param=f"{at}.output[{j}]", code="unsupported_content_type")
                 output = "".join(p.text for p in parts if isinstance(p, TextPart))
             out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id, source=at))
+        elif isinstance(item, wire.McpCallItem | wire.McpApprovalRequestItem):
+            # a hosted call re-rendered for the model: the call and what it returned (an approval
+            # request only once the client denied it; approved, it ran as an mcp_call)
+            if isinstance(item, wire.McpApprovalRequestItem) and item.id not in denied:
+                continue
+            check_function_name(item.server_label, f"{at}.server_label")
+            check_function_name(item.name, f"{at}.name")
+            asst.calls.append(ToolCall(item.id, model_name(item.name, item.server_label), item.arguments))
+            asst.flush(out)
+            result = ("The user did not approve this call." if isinstance(item, wire.McpApprovalRequestItem)
+                      else item.output or "" if item.error is None else f"Error: {item.error}")
+            out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
+        elif isinstance(item, wire.McpListToolsItem | wire.McpApprovalResponseItem):
+            continue  # listings feed the tools, approvals the next run; neither is prompt text
         elif isinstance(item, wire.UserMessage):
             asst.flush(out)
             user_content = item.content if isinstance(item.content, list) else [

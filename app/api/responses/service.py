@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from app.api.conversations.service import ConversationsService
@@ -21,6 +22,7 @@ from app.api.responses import compact, file_jobs
 from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
+from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, new_input_items, tools_of
 from app.api.responses.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
 from app.api.responses.sealing import Sealer
@@ -29,6 +31,7 @@ from app.core.access import ANONYMOUS, Principal
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
 from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, TextFormatJSONSchema
@@ -232,6 +235,13 @@ class ResponsesService:
                 if INCLUDE in (body.include or []) else None)
 
         request_tools = tools_of(body)
+        params = generation_params(body)  # a bad tool_choice is refused before any server is called
+        settings = self.registry.config.tools
+        hosted = await open_hosted(request_tools, settings, context)  # MCP servers: connected, listed
+        wire_tools = dict(request_tools.wire)
+        if hosted is not None:
+            wire_tools.update(hosted.wire)
+            conv = replace(conv, tools=(*conv.tools, *hosted.toolbox.functions))
 
         def encoder(plan: Plan) -> ResponsesEncoder:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
@@ -242,7 +252,8 @@ class ResponsesService:
             if conversation is not None:
                 resource["conversation"] = {"id": conversation}
             summary = body.reasoning.summary if body.reasoning else None
-            return ResponsesEncoder(resource, dialect, seal, request_tools.wire, summary)
+            return ResponsesEncoder(resource, dialect, seal, wire_tools, summary,
+                                    hosted.list_items if hosted is not None else ())
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None
@@ -252,9 +263,13 @@ class ResponsesService:
             hooks = self.conversations.hooks(conversation, who, new, hooks)
         if on_end is not None:
             hooks = EndHooks(hooks, on_end)
-        return await self.engine.start(
-            RunRequest(body.model, conv, generation_params(body), truncate=body.truncation == "auto"),
-            encoder, run_id=response_id, mode=mode, owner=who, hooks=hooks)
+        limits = LoopLimits(body.max_tool_calls, settings.max_rounds, settings.deadline_seconds,
+                            settings.max_parallel)
+        request = RunRequest(body.model, conv, params, truncate=body.truncation == "auto",
+                             toolbox=hosted.toolbox if hosted is not None else None, limits=limits,
+                             approved=hosted.approved if hosted is not None else ())
+        return await self.engine.start(request, encoder, run_id=response_id, mode=mode, owner=who,
+                                       hooks=hooks)
 
     async def count(self, body: InputTokensBody, who: Principal = ANONYMOUS) -> TokenCount:
         """The input tokens a create with these fields would send (:mod:`.count`)."""

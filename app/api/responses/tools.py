@@ -10,7 +10,9 @@
   the model the grammar when ``format`` has one.  The call comes back as a
   ``custom_tool_call`` item whose ``input`` is that string.  The grammar is shown to the
   model, not enforced by the backend (a documented gap; see the README).
-* hosted tools (``web_search``, ``mcp``, ``code_interpreter``, ``file_search``,
+* ``mcp``: run by the gateway (:mod:`app.api.responses.hosted`, :mod:`app.tools.mcp`); its
+  tools reach the model like a namespace's.
+* other hosted tools (``web_search``, ``code_interpreter``, ``file_search``,
   ``image_generation``, ``computer_use_preview``, ``local_shell``, ``shell``, ``apply_patch``,
   ``tool_search``): this gateway runs none of them yet.  Policy: the tool is accepted, echoed
   in the response's ``tools``, **not shown to the model**, and reported in the response as
@@ -33,6 +35,7 @@ from app.api.validate import check_function_name, check_json_schema
 from app.core.conversation import FunctionTool, ToolChoice
 from app.core.errors import InvalidRequest
 from schemas import responses as wire
+from schemas.responses import McpToolParam
 
 Json = dict[str, Any]
 SEPARATOR = "__"  # namespace + SEPARATOR + name: the model-facing name of a namespaced tool
@@ -44,7 +47,8 @@ _CUSTOM_PARAMETERS: Json = {"type": "object", "properties": {"input": {"type": "
 class WireTool:
     """How a call of one model-facing tool looks on the wire."""
 
-    kind: Literal["function", "custom"]
+    # mcp / mcp_approval: a hosted MCP tool (namespace: its server), run / awaiting approval
+    kind: Literal["function", "custom", "mcp", "mcp_approval"]
     name: str
     namespace: str | None = None
 
@@ -86,6 +90,7 @@ class RequestTools:
     wire: Mapping[str, WireTool]
     not_run: tuple[str, ...]  # hosted tool types, in request order (the policy above)
     echo: tuple[Json, ...]
+    mcp: tuple[McpToolParam, ...] = ()  # run by the gateway (app/api/responses/hosted.py)
 
     def name_of(self, name: str, namespace: str | None, kind: str = "function") -> str | None:
         """The model-facing name of a tool the request offers, or None."""
@@ -116,6 +121,7 @@ def request_tools(tools: Sequence[Any] | None) -> RequestTools:
     table: dict[str, WireTool] = {}
     not_run: list[str] = []
     echo: list[Json] = []
+    mcp: list[wire.McpToolParam] = []
 
     def add(tool: FunctionTool, kind: Literal["function", "custom"], name: str, namespace: str | None,
             where: str) -> None:
@@ -147,10 +153,13 @@ def request_tools(tools: Sequence[Any] | None) -> RequestTools:
                     add(tool, "custom", member.name, t.name, at)
                 inner.append(shown)
             echo.append({"type": "namespace", "name": t.name, "description": t.description, "tools": inner})
+        elif isinstance(t, wire.McpToolParam):
+            mcp.append(t)  # headers and authorization are secrets: never echoed
+            echo.append(t.model_dump(exclude_none=True, exclude={"headers", "authorization"}))
         else:
             not_run.append(t.type)
             echo.append(t.model_dump(exclude_none=True))
-    return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo))
+    return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo), tuple(mcp))
 
 
 def _named(choice: Any, tools: RequestTools, param: str) -> str | None:

@@ -1,0 +1,158 @@
+"""A request's hosted tools as one toolbox for the engine's agentic loop.
+
+``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
+the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
+clients), or a ``server_url`` the operator allows (:mod:`app.tools.egress`; by default none).
+Sessions open concurrently while the request is planned; a server that cannot be reached is a
+424 before any output.  ``mcp_list_tools`` items are emitted once per server and
+conversation: a label already listed in the context is not listed again in the output.
+
+Approval: ``require_approval`` (default ``always``, as OpenAI) decides per tool whether a call
+is run or returned as an ``mcp_approval_request``; an ``mcp_approval_response`` in the input
+that approves one which has not run yet makes it the first thing the next response runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.api.responses.tools import RequestTools, WireTool
+from app.config import ToolSettings
+from app.core.conversation import ToolCall
+from app.core.errors import InvalidRequest
+from app.core.ids import random_id
+from app.tools import egress
+from app.tools.mcp import ListedTool, McpServer, McpSession, McpToolbox, model_name
+from schemas import responses as wire
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Hosted:
+    """What the service needs: the toolbox, the encoder's view of its tools, the list items to
+    emit and the approved calls to run first."""
+
+    toolbox: McpToolbox
+    wire: dict[str, WireTool] = field(default_factory=dict)
+    list_items: list[Json] = field(default_factory=list)
+    approved: tuple[tuple[ToolCall, str], ...] = ()
+
+
+def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServer:
+    if t.connector_id is not None:
+        raise InvalidRequest("connector_id names an OpenAI connector; this gateway runs MCP servers "
+                             "by server_url or by a label its operator configured.",
+                             param=f"{where}.connector_id", code="unsupported_parameter")
+    configured = settings.mcp.servers.get(t.server_label)
+    headers: dict[str, str] = dict(t.headers or {})
+    if t.authorization:
+        headers["Authorization"] = f"Bearer {t.authorization}"
+    if configured is not None:
+        if t.server_url is not None and t.server_url.rstrip("/") != configured.url.rstrip("/"):
+            raise InvalidRequest(f"server_label {t.server_label!r} is a server this gateway configures; "
+                                 "leave server_url out.", param=f"{where}.server_url")
+        url = configured.url
+        headers.update(configured.headers)
+    elif t.server_url is None:
+        raise InvalidRequest(f"No MCP server is configured as {t.server_label!r}; give server_url.",
+                             param=f"{where}.server_url", code="missing_required_parameter")
+    else:
+        url = egress.check(t.server_url, settings.mcp.allowed_urls, f"{where}.server_url")
+    allowed = t.allowed_tools
+    names = allowed.tool_names if isinstance(allowed, wire.McpToolFilter) else allowed
+    approval = t.require_approval
+    default = approval if isinstance(approval, str) else "always"
+    if configured is not None and configured.require_approval is not None:
+        default = configured.require_approval
+    always = frozenset(approval.always.tool_names) if isinstance(approval, wire.McpApprovalFilter) and \
+        approval.always else frozenset()
+    never = frozenset(approval.never.tool_names) if isinstance(approval, wire.McpApprovalFilter) and \
+        approval.never else frozenset()
+    if isinstance(approval, wire.McpApprovalFilter) and (always or never):
+        default = "always" if not never else "never" if not always else "always"
+    return McpServer(t.server_label, url, headers,
+                     t.server_description or (configured.description if configured else None),
+                     frozenset(names) if names is not None else None, default, always, never)
+
+
+def _listed_before(context: Sequence[Json]) -> set[str]:
+    return {str(item.get("server_label")) for item in context
+            if item.get("type") == "mcp_list_tools" and not item.get("error")}
+
+
+def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolCall, str], ...]:
+    """Approval requests in the context that the input approves and that have not run yet."""
+    requests = {str(i["id"]): i for i in context if i.get("type") == "mcp_approval_request"}
+    ran = {str(i.get("approval_request_id")) for i in context if i.get("type") == "mcp_call"}
+    out: list[tuple[ToolCall, str]] = []
+    for i, item in enumerate(context):
+        if item.get("type") != "mcp_approval_response" or not item.get("approve"):
+            continue
+        rid = str(item["approval_request_id"])
+        req = requests.get(rid)
+        if req is None:
+            raise InvalidRequest(f"No mcp_approval_request {rid!r} precedes this approval.",
+                                 param=f"input[{i}].approval_request_id")
+        if rid in ran:
+            continue
+        name = model_name(str(req["server_label"]), str(req["name"]))
+        if not toolbox.owns(name):
+            raise InvalidRequest(f"The approved tool {req['name']!r} of MCP server {req['server_label']!r} "
+                                 "is not among this request's tools.", param="tools")
+        out.append((ToolCall(random_id("call_"), name, str(req["arguments"])), rid))
+    return tuple(out)
+
+
+async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
+                      ) -> Hosted | None:
+    """The request's MCP servers, connected and listed; None when it names none."""
+    if not tools.mcp:
+        if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
+            raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "
+                                 "mcp tools to run it.", param="tools")
+        return None
+    servers: list[McpServer] = []
+    positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
+    for t, at in zip(tools.mcp, positions, strict=True):
+        where = f"tools[{at}]"
+        server = _server(t, settings, where)
+        if any(s.label == server.label for s in servers):
+            raise InvalidRequest(f"Two mcp tools share server_label {server.label!r}.",
+                                 param=f"{where}.server_label")
+        servers.append(server)
+    sessions = [McpSession(s, connect_timeout=settings.connect_timeout,
+                           max_output_chars=settings.max_output_chars) for s in servers]
+    try:
+        results = await asyncio.gather(*(s.open() for s in sessions), return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            raise failure
+    except BaseException:  # a failed server, or the client left while they were opening
+        await asyncio.shield(asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True))
+        raise
+    listed: dict[str, list[ListedTool]] = {
+        s.server.label: r for s, r in zip(sessions, results, strict=True) if not isinstance(r, BaseException)}
+    toolbox = McpToolbox(sessions, listed, settings.call_timeout)
+    try:
+        hosted = Hosted(toolbox)
+        for fn in toolbox.functions:
+            if fn.name in tools.wire:
+                raise InvalidRequest(f"The MCP tool {fn.name!r} has the name of a function of this "
+                                     "request.", param="tools")
+            server, tool = toolbox.route(fn.name)
+            kind: Literal["mcp", "mcp_approval"] = "mcp_approval" if server.approval(tool) else "mcp"
+            hosted.wire[fn.name] = WireTool(kind, tool, server.label)
+        before = _listed_before(context)
+        hosted.list_items = [
+            {"id": random_id("mcpl_"), "type": "mcp_list_tools", "server_label": label,
+             "tools": [t.wire() for t in found]}
+            for label, found in listed.items() if label not in before]
+        hosted.approved = _approved(context, toolbox)
+        return hosted
+    except BaseException:
+        await toolbox.aclose()
+        raise

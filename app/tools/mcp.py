@@ -1,0 +1,295 @@
+"""MCP servers as hosted tools, through the official ``mcp`` SDK's client.
+
+One :class:`McpSession` per server and response: Streamable HTTP, or the older SSE transport
+when the server does not speak it (or its URL ends in ``/sse``).  The SDK's transports are
+anyio task groups that must be entered and left by the same task, while the agentic loop
+calls tools from the run's task: so each session lives in a task of its own that opens the
+transport, initializes, and waits to be closed; calls go through the session object, and a
+call races that task (a server that goes away mid-call is an error outcome at once, not a
+wait for the timeout).
+
+Tools are shown to the model as functions named ``LABEL__TOOL`` in namespace ``LABEL`` (the
+way :mod:`app.api.responses.tools` shows a ``namespace`` tool: Harmony gets a real namespace
+and calls ``LABEL.TOOL``).  A tool whose name no prompt format can carry is not shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx2
+from mcp import ClientSession
+from mcp import types as mt
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from app.core.conversation import FunctionTool
+from app.core.errors import GatewayError
+from app.tools.base import ToolOutcome, clip
+
+log = logging.getLogger("ocm_gateway")
+SEPARATOR = "__"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class ToolServerUnavailable(GatewayError):
+    """A tool server named by the request could not be reached or listed (OpenAI: 424)."""
+
+    status = 424
+    type = "external_connector_error"
+    code = "tool_server_unavailable"
+    retryable = False
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One server as a response uses it: where, with which headers, and its policies."""
+
+    label: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    description: str | None = None
+    allowed_tools: frozenset[str] | None = None  # None: every tool the server lists
+    require_approval: Literal["always", "never"] = "always"  # for tools not named below
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+
+    def approval(self, tool: str) -> bool:
+        if tool in self.always:
+            return True
+        if tool in self.never:
+            return False
+        return self.require_approval == "always"
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    name: str
+    description: str | None
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "annotations": self.annotations}
+
+
+def model_name(label: str, tool: str) -> str:
+    return f"{label}{SEPARATOR}{tool}"
+
+
+def text_of(result: mt.CallToolResult) -> str:
+    """A tool result as text for the model and the ``mcp_call`` item."""
+    out: list[str] = []
+    for block in result.content:
+        if isinstance(block, mt.TextContent):
+            out.append(block.text)
+        elif isinstance(block, mt.ImageContent | mt.AudioContent):
+            out.append(f"[{block.type}: {block.mime_type}]")
+        elif isinstance(block, mt.EmbeddedResource):
+            res = block.resource
+            out.append(res.text if isinstance(res, mt.TextResourceContents) else f"[resource {res.uri}]")
+        elif isinstance(block, mt.ResourceLink):
+            out.append(f"[resource {block.uri}]")
+        else:  # pragma: no cover - a content type newer than this gateway
+            out.append(json.dumps(block.model_dump(mode="json"), ensure_ascii=False))
+    if not out and result.structured_content is not None:
+        out.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(out)
+
+
+class McpSession:
+    """A connection to one server for one response (see the module docstring)."""
+
+    def __init__(self, server: McpServer, *, connect_timeout: float, max_output_chars: int) -> None:
+        self.server = server
+        self._connect_timeout = connect_timeout
+        self._max = max_output_chars
+        self._session: ClientSession | None = None
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(headers=dict(self.server.headers), follow_redirects=False,
+                                  timeout=httpx2.Timeout(self._connect_timeout, read=300.0))
+
+    async def _own(self, sse: bool) -> None:
+        try:
+            if sse:
+                def factory(headers: dict[str, str] | None = None, timeout: Any = None,
+                            auth: Any = None) -> httpx2.AsyncClient:
+                    return self._client()
+
+                transport: Any = sse_client(self.server.url, timeout=self._connect_timeout,
+                                            httpx_client_factory=factory)
+                async with transport as streams:
+                    await self._serve(streams)
+            else:
+                async with self._client() as client, \
+                        streamable_http_client(self.server.url, http_client=client) as streams:
+                    await self._serve(streams)
+        except BaseException as exc:
+            self._failure = exc
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._session = None
+            self._ready.set()
+
+    async def _serve(self, streams: Any) -> None:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            self._session = session
+            self._ready.set()
+            await self._closing.wait()
+
+    async def _start(self, sse: bool) -> ClientSession:
+        self._ready.clear()
+        self._failure = None
+        self._task = asyncio.get_running_loop().create_task(self._own(sse))
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await self._ready.wait()
+        except TimeoutError:
+            await self.aclose()
+            raise ToolServerUnavailable(f"MCP server {self.server.label!r} did not answer within "
+                                        f"{self._connect_timeout:g} s.", param="tools") from None
+        if self._session is None:
+            raise ToolServerUnavailable(f"Could not connect to MCP server {self.server.label!r}: "
+                                        f"{_reason(self._failure)}.", param="tools")
+        return self._session
+
+    async def open(self) -> list[ListedTool]:
+        """Connect (Streamable HTTP, then SSE) and list the tools the response may use."""
+        sse = self.server.url.rstrip("/").endswith("/sse")
+        try:
+            session = await self._start(sse)
+        except ToolServerUnavailable:
+            if sse:
+                raise
+            await self.aclose()
+            self._closing = asyncio.Event()
+            session = await self._start(True)  # an older server: the SSE transport
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                listed = await session.list_tools()
+        except Exception as exc:
+            await self.aclose()
+            raise ToolServerUnavailable(f"MCP server {self.server.label!r} failed to list its tools: "
+                                        f"{_reason(exc)}.", param="tools") from None
+        allowed = self.server.allowed_tools
+        return [ListedTool(t.name, t.description, dict(t.input_schema),
+                           t.annotations.model_dump(exclude_none=True) if t.annotations else None)
+                for t in listed.tools if allowed is None or t.name in allowed]
+
+    async def call(self, tool: str, arguments: dict[str, Any], within: float) -> ToolOutcome:
+        session, owner = self._session, self._task
+        if session is None or owner is None or owner.done():
+            return ToolOutcome("", f"The MCP server {self.server.label!r} is not connected.")
+        call = asyncio.ensure_future(session.call_tool(tool, arguments))
+        try:
+            done, _ = await asyncio.wait({call, owner}, timeout=within,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+        if call not in done:
+            if owner in done:
+                return ToolOutcome("", f"The MCP server {self.server.label!r} went away during the call.")
+            return ToolOutcome("", f"The tool {tool!r} did not answer within {within:g} s.")
+        exc = call.exception()
+        if exc is not None:
+            return ToolOutcome("", f"The tool {tool!r} failed: {_reason(exc)}.")
+        result = call.result()
+        if not isinstance(result, mt.CallToolResult):
+            return ToolOutcome("", f"The tool {tool!r} asked for input, which this gateway cannot give.")
+        text = clip(text_of(result), self._max)
+        if result.is_error:
+            return ToolOutcome(text, text or f"The tool {tool!r} failed.")
+        return ToolOutcome(text)
+
+    async def aclose(self) -> None:
+        self._closing.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.shield(task)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        except BaseException:
+            pass
+
+
+def _reason(exc: BaseException | None) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if exc is None:
+        return "no answer"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+@dataclass
+class McpToolbox:
+    """The MCP servers of one response as a :class:`~app.tools.base.Toolbox`."""
+
+    sessions: Sequence[McpSession]
+    listed: Mapping[str, list[ListedTool]]  # by server label
+    call_timeout: float
+    functions: tuple[FunctionTool, ...] = ()
+    _routes: dict[str, tuple[McpSession, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        functions: list[FunctionTool] = []
+        for session in self.sessions:
+            label = session.server.label
+            for tool in self.listed.get(label, []):
+                if not _NAME.fullmatch(tool.name) or len(model_name(label, tool.name)) > 128:
+                    log.info("MCP server %r: tool %r has a name no prompt format can carry; not shown",
+                             label, tool.name)
+                    continue
+                name = model_name(label, tool.name)
+                self._routes[name] = (session, tool.name)
+                functions.append(FunctionTool(name, tool.description, tool.input_schema, False, label))
+        self.functions = tuple(functions)
+
+    def owns(self, name: str) -> bool:
+        return name in self._routes
+
+    def route(self, name: str) -> tuple[McpServer, str]:
+        session, tool = self._routes[name]
+        return session.server, tool
+
+    def needs_approval(self, name: str) -> bool:
+        server, tool = self.route(name)
+        return server.approval(tool)
+
+    async def call(self, name: str, arguments: str) -> ToolOutcome:
+        session, tool = self._routes[name]
+        try:
+            args = json.loads(arguments or "{}")
+        except ValueError:
+            return ToolOutcome("", "The arguments are not valid JSON.")
+        if not isinstance(args, dict):
+            return ToolOutcome("", "The arguments must be a JSON object.")
+        return await session.call(tool, args, self.call_timeout)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(s.aclose() for s in self.sessions), return_exceptions=True)
