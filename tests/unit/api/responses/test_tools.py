@@ -148,7 +148,8 @@ async def test_every_hosted_type_is_accepted_and_reported() -> None:
         r = await c.post("/v1/responses", json={
             "model": MODEL, "input": "hi", "tools": [{"type": t} for t in hosted],
             "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "web_search"}]}})
-        bare_mcp = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [{"type": "mcp"}]})
+        bare_mcp = await c.post("/v1/responses",
+                                json={"model": MODEL, "input": "hi", "tools": [{"type": "mcp"}]})
     assert r.status_code == 200, r.text
     assert r.json()["ocm:tools_not_run"] == hosted
     assert bare_mcp.status_code == 400 and bare_mcp.json()["error"]["param"] == "tools[0].mcp.server_label"
