@@ -22,7 +22,7 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 from tests.support.paths import ROOT
-from tests.support.process import free_port
+from tests.support.process import free_port, stop
 
 server = MCPServer("loopback-tools", instructions="Arithmetic and hostile test tools.")
 
@@ -92,12 +92,7 @@ def running(transport: str = "streamable") -> Iterator[str]:
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 5 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @dataclass(frozen=True)
 class Running:
     url: str
@@ -60,12 +70,7 @@ def healthy_process(cmd: Sequence[str], url: str, *, timeout: float = 90.0,
             time.sleep(0.1)
         yield Running(url, proc)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
         os.unlink(log.name)
 

@@ -189,11 +189,12 @@ class ResponsesEncoder:
                      "name": tool.name, "arguments": ""})
             if extra.get("approval"):
                 item["approval_request_id"] = extra["approval"]
+            index = len(self._resource["output"])
             events += self._add_item(kind, item)
             if kind == "mcp":
-                self._pending[extra["call_id"]] = (self._open.index if self._open else 0, item)
+                self._pending[extra["call_id"]] = (index, item)
                 events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
-                                          output_index=self._open.index if self._open else 0))
+                                          output_index=index))
             return events
         else:
             item = {"id": random_id("msg_"), "type": "message", "status": "in_progress",

@@ -64,16 +64,13 @@ def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServ
         url = egress.check(t.server_url, settings.mcp.allowed_urls, f"{where}.server_url")
     allowed = t.allowed_tools
     names = allowed.tool_names if isinstance(allowed, wire.McpToolFilter) else allowed
-    approval = t.require_approval
+    approval = t.require_approval  # a per-tool filter: tools it does not name need approval
     default = approval if isinstance(approval, str) else "always"
     if configured is not None and configured.require_approval is not None:
         default = configured.require_approval
-    always = frozenset(approval.always.tool_names) if isinstance(approval, wire.McpApprovalFilter) and \
-        approval.always else frozenset()
-    never = frozenset(approval.never.tool_names) if isinstance(approval, wire.McpApprovalFilter) and \
-        approval.never else frozenset()
-    if isinstance(approval, wire.McpApprovalFilter) and (always or never):
-        default = "always" if not never else "never" if not always else "always"
+    lists = approval if isinstance(approval, wire.McpApprovalFilter) else wire.McpApprovalFilter()
+    always = frozenset(lists.always.tool_names if lists.always else ())
+    never = frozenset(lists.never.tool_names if lists.never else ())
     return McpServer(t.server_label, url, headers,
                      t.server_description or (configured.description if configured else None),
                      frozenset(names) if names is not None else None, default, always, never)
