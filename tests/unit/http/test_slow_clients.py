@@ -24,7 +24,10 @@ async def _open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> tuple[float, bytes]:
     t0 = time.monotonic()
-    data = await asyncio.wait_for(reader.read(), seconds)  # b"" or a response, then EOF
+    try:
+        data = await asyncio.wait_for(reader.read(), seconds)  # b"" or a response, then EOF
+    except ConnectionResetError:  # closed while the client was still writing: the kernel sends RST
+        data = b""
     return time.monotonic() - t0, data
 
 
