@@ -1,7 +1,8 @@
 """A loopback MCP server built with the official ``mcp`` SDK's ``MCPServer`` (FastMCP in mcp 1.x):
 ``python -m tests.support.mcp_server --port N [--transport streamable|sse]``.
 
-Its tools cover what the gateway must survive: a plain one (``add``), text with Harmony /
+Its tools cover what the gateway must survive: plain ones (``add``, ``weather``, and ``echo``
+as ``@modelcontextprotocol/server-everything`` has it), text with Harmony /
 ChatML control tokens (``inject``), an error (``fail``), a hang (``sleep``), huge output
 (``huge``) and a process that dies mid-call (``die``).  :func:`running` starts it for a test.
 """
@@ -30,6 +31,11 @@ server = MCPServer("loopback-tools", instructions="Arithmetic and hostile test t
 @server.tool(description="Add two integers.")
 def add(a: int, b: int) -> str:
     return str(a + b)
+
+
+@server.tool(description="Echoes back the input string.")
+def echo(message: str) -> str:
+    return f"Echo: {message}"
 
 
 @server.tool(description="The weather in a city.")
@@ -76,23 +82,45 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def running(transport: str = "streamable") -> Iterator[str]:
-    """This server in a subprocess on a free loopback port; yields its base URL."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.mcp_server", "--port", str(port),
-                             "--transport", transport], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+def listening(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``cmd`` in a subprocess until it accepts connections on loopback ``port``; yields the
+    base URL and stops the process afterwards."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the MCP server did not start ({proc.returncode})")
+                raise RuntimeError(f"the MCP server {cmd[0]} did not start ({proc.returncode})")
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+@contextlib.contextmanager
+def running(transport: str = "streamable") -> Iterator[str]:
+    """This server in a subprocess on a free loopback port; yields its base URL (Streamable
+    HTTP at ``/mcp``, SSE at ``/sse``)."""
+    port = free_port()
+    with listening([sys.executable, "-m", "tests.support.mcp_server", "--port", str(port),
+                    "--transport", transport], port) as url:
+        yield url
+
+
+EVERYTHING = ROOT / ".cache" / "mcp-everything" / "node_modules" / ".bin" / "mcp-server-everything"
+
+
+@contextlib.contextmanager
+def everything(transport: str = "streamableHttp") -> Iterator[str]:
+    """``@modelcontextprotocol/server-everything`` from npm (installed by ``scripts/test.sh``)
+    on a free port; yields its base URL (``/mcp`` or ``/sse``)."""
+    if not EVERYTHING.exists():
+        raise RuntimeError(f"{EVERYTHING} is missing: run ./scripts/test.sh (it installs it from npm)")
+    port = free_port()
+    with listening([str(EVERYTHING), transport], port, env={**os.environ, "PORT": str(port)}) as url:
+        yield url
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 * :func:`validate_response`, :func:`validate_event`, :func:`validate_error_body` — JSON Schema
   (2020-12) validation against ``tests/fixtures/openresponses/openapi.json`` (2026-04-24).
+* Hosted-tool items, tools and events that OpenAI's API defines and the Open Responses
+  document does not (``mcp_*``, ``web_search_call``, ``code_interpreter_call``; see issue 27:
+  the gateway emits OpenAI's types for them, not implementor-prefixed ones) are validated with
+  the OpenAI SDK's own types instead; everything else against the document.
 * :func:`check_stream` — the stream-order rules of the spec: sequence numbers, SSE names,
   created / in_progress first, one terminal event last, per-item and per-content-part
   lifecycles, deltas that add up to their ``.done`` texts, terminal statuses, and a final
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from openai.types.responses import ResponseOutputItem, ResponseStreamEvent, Tool
+from pydantic import TypeAdapter
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -57,14 +63,52 @@ def _event_schemas() -> dict[str, str]:
     return out
 
 
+HOSTED_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response",
+                "web_search_call", "code_interpreter_call")
+HOSTED_TOOLS = ("mcp", "web_search", "web_search_preview", "code_interpreter")
+HOSTED_EVENTS = ("response.mcp_", "response.web_search_call.", "response.code_interpreter_call")
+_OPENAI_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
+_OPENAI_TOOL: TypeAdapter[Any] = TypeAdapter(Tool)
+_OPENAI_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+
+
+def _openai(adapter: TypeAdapter[Any], value: Json) -> None:
+    parsed = adapter.validate_python(value)
+    assert getattr(parsed, "type", None) == value["type"], f"the SDK read {value['type']!r} as another type"
+
+
+def _standard(body: Json) -> Json:
+    """``body`` without its hosted-tool items and tools, which are checked with the SDK's types."""
+    output, tools = body.get("output"), body.get("tools")
+    rest = dict(body)
+    if isinstance(output, list):
+        hosted = [i for i in output if isinstance(i, dict) and i.get("type") in HOSTED_ITEMS]
+        for item in hosted:
+            _openai(_OPENAI_ITEM, item)
+        rest["output"] = [i for i in output if not any(i is h for h in hosted)]
+    if isinstance(tools, list):
+        hosted_tools = [t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS]
+        for tool in hosted_tools:
+            _openai(_OPENAI_TOOL, tool)
+        rest["tools"] = [t for t in tools if not any(t is h for h in hosted_tools)]
+    return rest
+
+
 def validate_response(body: Json) -> None:
-    _validate("ResponseResource", body)
+    _validate("ResponseResource", _standard(body))
 
 
 def validate_event(event: Json) -> None:
-    name = _event_schemas().get(event.get("type", ""))
+    kind = str(event.get("type", ""))
+    item = event.get("item")
+    if kind.startswith(HOSTED_EVENTS) or (isinstance(item, dict) and item.get("type") in HOSTED_ITEMS):
+        _openai(_OPENAI_EVENT, event)
+        return
+    name = _event_schemas().get(kind)
     if name is None:
         raise AssertionError(f"unknown streaming event type {event.get('type')!r}")
+    if isinstance(event.get("response"), dict):
+        event = {**event, "response": _standard(event["response"])}
     _validate(name, event)
 
 
@@ -104,7 +148,7 @@ def check_stream(events: list[Json], sse_names: list[str] | None = None) -> Json
         if t == "response.output_item.added":
             idx = e["output_index"]
             assert idx == len(items), f"output_index {idx} out of order"
-            assert e["item"]["status"] == "in_progress"
+            assert e["item"].get("status", "in_progress") == "in_progress"  # mcp_list_tools has none
             items[idx] = e["item"]
             continue
         if t == "error":
@@ -130,14 +174,14 @@ def check_stream(events: list[Json], sse_names: list[str] | None = None) -> Json
             key = (item_id, e["content_index"])
             assert key in part_done and _text_of(e["part"]) == part_done[key], "content_part.done text"
             del parts[key]
-        elif t == "response.function_call_arguments.delta":
+        elif t in ("response.function_call_arguments.delta", "response.mcp_call_arguments.delta"):
             args.setdefault(item_id, []).append(e["delta"])
-        elif t == "response.function_call_arguments.done":
+        elif t in ("response.function_call_arguments.done", "response.mcp_call_arguments.done"):
             assert "".join(args.get(item_id, [])) == e["arguments"], "arguments are not the sum of deltas"
         elif t == "response.output_item.done":
             assert not [k for k in parts if k[0] == item_id], "item done with an open content part"
             assert e["item"]["id"] == item_id and e["item"]["type"] == items[idx]["type"]
-            assert e["item"]["status"] in ("completed", "incomplete"), e["item"]["status"]
+            assert e["item"].get("status", "completed") in ("completed", "incomplete", "failed"), e["item"]
             done_items[idx] = e["item"]
     assert set(done_items) == set(items), "every added item must be done"
     final: Json = events[-1]["response"]
