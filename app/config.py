@@ -194,6 +194,14 @@ class McpSettings(_Strict):
     servers: dict[str, McpServerConfig] = {}
 
 
+class WebSearchSettings(_Strict):
+    """``web_search`` (:mod:`app.tools.web`): an offline full-text index of the operator's documents
+    (:mod:`app.tools.search_index`).  Unset ``documents``: the tool is not run (see the README)."""
+
+    documents: str | None = None  # a JSONL file or a folder of .jsonl / .html / .md / .txt
+    index: str | None = None  # where the built index lives (default: the system's temp directory)
+
+
 class ToolSettings(_Strict):
     """The agentic loop of /v1/responses (hosted tools) and its bounds."""
 
@@ -204,6 +212,7 @@ class ToolSettings(_Strict):
     max_parallel: int = Field(default=4, ge=1)  # hosted calls of one step run at once
     max_output_chars: int = Field(default=32_768, ge=256)  # a tool's output as the model sees it
     mcp: McpSettings = McpSettings()
+    web_search: WebSearchSettings = WebSearchSettings()
 
 
 class AuthSettings(_Strict):

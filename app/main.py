@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
@@ -34,6 +35,7 @@ from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
+from app.tools.search_index import OfflineIndex
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -61,7 +63,10 @@ def create_app(config: GatewayConfig | None = None,
         conversations = await ConversationStore.open(cfg.store.path)  # same file, own tables
         app.state.chat_store = await ChatStore.open(store.connection)  # stored chat completions
         app.state.engine = engine = Engine(registry)
-        app.state.responses = ResponsesService(engine, store, conversations)
+        web = cfg.tools.web_search
+        search = (await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
+                  if web.documents else None)
+        app.state.responses = ResponsesService(engine, store, conversations, search)
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
@@ -71,6 +76,8 @@ def create_app(config: GatewayConfig | None = None,
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await store.close()
             await conversations.close()
+            if search is not None:
+                search.close()
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, redoc_url=None,

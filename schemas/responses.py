@@ -182,6 +182,27 @@ class McpApprovalResponseItem(_Wire):
     reason: str | None = None
 
 
+class WebSearchSource(_Wire):
+    type: Literal["url"] = "url"
+    url: str = Field(max_length=8192)
+
+
+class WebSearchAction(_Wire):
+    type: Literal["search", "open_page", "find_in_page"]
+    query: str | None = Field(default=None, max_length=65536)
+    queries: list[str] | None = Field(default=None, max_length=64)
+    sources: list[WebSearchSource] | None = Field(default=None, max_length=1024)
+    url: str | None = Field(default=None, max_length=8192)
+    pattern: str | None = Field(default=None, max_length=65536)
+
+
+class WebSearchCallItem(_Wire):
+    type: Literal["web_search_call"]
+    id: str = Field(min_length=1, max_length=128)
+    action: WebSearchAction | None = None
+    status: str | None = None
+
+
 class ItemReference(_Wire):
     type: Literal["item_reference"]
     id: str
@@ -210,6 +231,7 @@ InputItem = Annotated[
     | Annotated[McpCallItem, Tag("mcp_call")]
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
+    | Annotated[WebSearchCallItem, Tag("web_search_call")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]

@@ -7,8 +7,9 @@ Exactly one terminal event (:class:`Finished` or :class:`Error`) ends every stre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from app.core.output import TokenLogprob, Usage
 
@@ -85,6 +86,7 @@ class HostedCallDone:
     call_id: str
     output: str
     error: str | None = None
+    detail: Mapping[str, Any] | None = None  # the tool's own account of the call (search: its action)
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,7 +164,7 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
             results = []
             async for call, outcome in _run_calls(toolbox, [c for c, _ in approved], state):
                 results.append((call, outcome))
-                yield ev.HostedCallDone(call.id, outcome.output, outcome.error)
+                yield ev.HostedCallDone(call.id, outcome.output, outcome.error, outcome.detail)
             state.conversation = replace(state.conversation, messages=(
                 *state.conversation.messages, Message("assistant", tool_calls=tuple(c for c, _ in results)),
                 *_tool_messages(results)))
@@ -210,7 +210,7 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
             results = []
             async for call, outcome in _run_calls(toolbox, decision.calls, state):
                 results.append((call, outcome))
-                yield ev.HostedCallDone(call.id, outcome.output, outcome.error)
+                yield ev.HostedCallDone(call.id, outcome.output, outcome.error, outcome.detail)
             if decision.then == "return":
                 yield ev.Finished("tool_calls", state.usage)
                 return

@@ -19,8 +19,10 @@ protocol):
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.core.conversation import FunctionTool
 
@@ -29,6 +31,7 @@ from app.core.conversation import FunctionTool
 class ToolOutcome:
     output: str
     error: str | None = None
+    detail: Mapping[str, Any] | None = None  # what the item shows beyond the text (search: sources)
 
 
 class Toolbox(Protocol):
@@ -52,3 +55,27 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n[output truncated: {len(text) - limit} more characters]"
+
+
+class Toolboxes:
+    """Several toolboxes (MCP servers, web search, ...) as one: names are disjoint by
+    construction (each toolbox prefixes its own)."""
+
+    def __init__(self, boxes: Sequence[Toolbox]) -> None:
+        self._boxes = tuple(boxes)
+        self.functions: tuple[FunctionTool, ...] = tuple(f for b in self._boxes for f in b.functions)
+
+    def _box(self, name: str) -> Toolbox:
+        return next(b for b in self._boxes if b.owns(name))
+
+    def owns(self, name: str) -> bool:
+        return any(b.owns(name) for b in self._boxes)
+
+    def needs_approval(self, name: str) -> bool:
+        return self._box(name).needs_approval(name)
+
+    async def call(self, name: str, arguments: str) -> ToolOutcome:
+        return await self._box(name).call(name, arguments)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(b.aclose() for b in self._boxes), return_exceptions=True)

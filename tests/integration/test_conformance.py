@@ -39,7 +39,8 @@ def test_conformance_scripted_final(gateway_url: str) -> None:
     results = {r["id"]: r for r in report["results"]}
     failed = {i for i, r in results.items() if r["status"] == "failed"}
     assert failed == FINAL_FAILS, {i: results[i]["reasons"] for i in failed ^ FINAL_FAILS}
-    assert code == 1 and report["summary"]["skipped"] == 0
+    assert code == 1 and report["summary"]["skipped"] == 1  # offline-web-search: not asked for
+    assert results["offline-web-search"]["status"] == "skipped"
     assert all(r["schema"] != "fail" and r["wire"] != "fail" for r in report["results"]), report
     for i in WEBSOCKET:  # all three verdicts: the suite's, strict schema, wire order
         assert (results[i]["status"], results[i]["schema"]) == ("passed", "pass"), results[i]

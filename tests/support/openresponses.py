@@ -91,6 +91,9 @@ def _standard(body: Json) -> Json:
         for tool in hosted_tools:
             _openai(_OPENAI_TOOL, tool)
         rest["tools"] = [t for t in tools if not any(t is h for h in hosted_tools)]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in HOSTED_TOOLS:  # OpenAI's hosted tool choice
+        rest["tool_choice"] = "required"
     return rest
 
 

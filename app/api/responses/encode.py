@@ -25,6 +25,11 @@ construction the fold of the events.  Item mapping:
   ``response.mcp_call_arguments.delta`` / ``.done``, then ``response.mcp_call.completed`` or
   ``.failed`` with its ``output`` / ``error`` once it ran); a call awaiting the client's
   approval → ``mcp_approval_request``.
+* web search (:mod:`app.tools.web`): a browser call → ``web_search_call``, added once its
+  arguments are complete (``response.web_search_call.in_progress`` / ``.searching``), done
+  when it has run (``.completed``); its ``action`` is the tool's own account, its sources only
+  with ``include``.  An answer naming a URL the search showed gets ``url_citation``
+  annotations (``response.output_text.annotation.added``).
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
 from 0 without gaps.
@@ -44,6 +49,7 @@ from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
 from app.core.output import Usage
+from app.tools import web
 
 Json = dict[str, Any]
 
@@ -84,14 +90,17 @@ class ResponsesEncoder:
     def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
                  seal: Callable[[str], str] | None = None,
                  tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
-                 list_items: Sequence[Json] = ()) -> None:
+                 list_items: Sequence[Json] = (), shown: Mapping[str, str] | None = None,
+                 sources: bool = False) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
         reasoning item's ``encrypted_content`` from its text; ``tools``: model-facing tool
         names → the wire shape of their calls (a name not in it is a plain function);
         ``summary``: the request's ``reasoning.summary``; ``list_items``: ``mcp_list_tools``
-        items to emit first."""
+        items to emit first; ``shown``: the URLs web search showed the model (an answer that
+        names one gets a ``url_citation``); ``sources``: ``web_search_call`` actions keep
+        their sources (``include: ["web_search_call.action.sources"]``)."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
@@ -101,6 +110,8 @@ class ResponsesEncoder:
         self._open: _Open | None = None
         self._list_items = list_items
         self._pending: dict[str, tuple[int, Json]] = {}  # hosted calls waiting for their result
+        self._shown = shown
+        self._sources = sources
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -207,6 +218,8 @@ class ResponsesEncoder:
             return []
         item, idx, text = cur.item, cur.index, "".join(cur.text)
         events: list[Json] = []
+        if cur.kind == "web_search":
+            return self._web_added(item, text) if status == "completed" else []
         if cur.kind == "tool":
             item["arguments"] = text
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
@@ -229,6 +242,11 @@ class ResponsesEncoder:
         else:
             logprobs = cur.logprobs if cur.kind == "text" else None
             part = self._part(cur.kind, text, logprobs)
+            if part is not None and cur.kind == "text" and self._shown:
+                part["annotations"] = notes = web.citations(text, self._shown)
+                events += [self._event("response.output_text.annotation.added", item_id=item["id"],
+                                       output_index=idx, content_index=0, annotation_index=n, annotation=a)
+                           for n, a in enumerate(notes)]
             done = self._dialect.reasoning_done if cur.kind == "reasoning" else "response.output_text.done"
             extra = {"logprobs": logprobs} if logprobs is not None else {}
             events.append(self._event(done, item_id=item["id"], output_index=idx, content_index=0,
@@ -269,12 +287,12 @@ class ResponsesEncoder:
         cur = self._open
         assert cur is not None
         cur.text.append(text)
+        if cur.kind in ("custom", "mcp_approval", "web_search"):  # no deltas on the wire
+            return []
         item_id, idx = cur.item["id"], cur.index
         if cur.kind == "tool":
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]
-        if cur.kind in ("custom", "mcp_approval"):
-            return []
         if cur.kind == "mcp":
             return [self._event("response.mcp_call_arguments.delta", item_id=item_id, output_index=idx,
                                 delta=text)]
@@ -308,6 +326,10 @@ class ResponsesEncoder:
         if isinstance(event, ev.ToolCallStarted):
             tool = self._tools.get(event.name)
             kind = "tool" if tool is None or tool.kind == "function" else tool.kind
+            if kind == "web_search":  # announced once its arguments say what it does
+                events = self._close("completed")
+                self._open = _Open(kind, -1, {"call_id": event.call_id, "name": event.name})
+                return events
             return self._open_item(kind, call_id=event.call_id, name=event.name)
         if isinstance(event, ev.HostedCallStarted):  # an approved call: its arguments are whole
             events = self._open_item("mcp", call_id=event.call_id, name=event.name, approval=event.approval)
@@ -329,12 +351,34 @@ class ResponsesEncoder:
         if found is None:
             return []
         index, item = found
+        if item["type"] == "web_search_call":
+            return self._web_done(index, item, event)
         item["output"] = event.output if event.error is None else (event.output or None)
         item["error"] = event.error
         item["status"] = "failed" if event.error is not None else "completed"
         done = "response.mcp_call.failed" if event.error is not None else "response.mcp_call.completed"
         return [self._event(done, item_id=item["id"], output_index=index),
                 self._event("response.output_item.done", output_index=index, item=dict(item))]
+
+    def _web_added(self, call: Json, arguments: str) -> list[Json]:
+        item = {"id": random_id("ws_"), "type": "web_search_call", "status": "in_progress",
+                "action": web.action_of(call["name"], arguments)}
+        index = len(self._resource["output"])
+        self._resource["output"].append(item)
+        self._pending[call["call_id"]] = (index, item)
+        return [self._event("response.output_item.added", output_index=index, item=dict(item)),
+                self._event("response.web_search_call.in_progress", item_id=item["id"], output_index=index),
+                self._event("response.web_search_call.searching", item_id=item["id"], output_index=index)]
+
+    def _web_done(self, index: int, item: Json, event: ev.HostedCallDone) -> list[Json]:
+        action = dict((event.detail or {}).get("action") or item["action"])
+        if not self._sources:
+            action.pop("sources", None)
+        item["action"] = action
+        item["status"] = "failed" if event.error is not None else "completed"
+        events = [] if event.error is not None else [
+            self._event("response.web_search_call.completed", item_id=item["id"], output_index=index)]
+        return [*events, self._event("response.output_item.done", output_index=index, item=dict(item))]
 
     def _drop_pending(self) -> list[Json]:
         """Hosted calls that will not run now (the response ended first)."""

@@ -1,5 +1,10 @@
 """A request's hosted tools as one toolbox for the engine's agentic loop.
 
+``{"type": "web_search"}`` (when the operator configured a provider) becomes a
+:class:`~app.tools.web.WebSearchToolbox`: ``search_context_size`` sets the results per
+search (3 / 5 / 8), ``filters.allowed_domains`` the domains searched and opened;
+``user_location`` is accepted and not used (the offline index has no locality).
+
 ``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
 the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
 clients), or a ``server_url`` the operator allows (:mod:`app.tools.egress`; by default none).
@@ -24,8 +29,11 @@ from app.config import ToolSettings
 from app.core.conversation import ToolCall
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
-from app.tools import egress
+from app.tools import egress, web
+from app.tools.base import Toolbox, Toolboxes
 from app.tools.mcp import ListedTool, McpServer, McpSession, McpToolbox, model_name
+from app.tools.search import SearchProvider
+from app.tools.web import WebSearchToolbox
 from schemas import responses as wire
 
 Json = dict[str, Any]
@@ -34,12 +42,40 @@ Json = dict[str, Any]
 @dataclass
 class Hosted:
     """What the service needs: the toolbox, the encoder's view of its tools, the list items to
-    emit and the approved calls to run first."""
+    emit, the approved calls to run first and the web search (for its citations)."""
 
-    toolbox: McpToolbox
+    toolbox: Toolbox
     wire: dict[str, WireTool] = field(default_factory=dict)
     list_items: list[Json] = field(default_factory=list)
     approved: tuple[tuple[ToolCall, str], ...] = ()
+    browser: WebSearchToolbox | None = None
+
+    def forced(self, choice: Any) -> tuple[str, ...]:
+        """The model-facing names a hosted ``tool_choice`` forces."""
+        kind = getattr(choice, "type", None)
+        if kind == "mcp":
+            label = getattr(choice, "server_label", None)
+            name = getattr(choice, "name", None)
+            return tuple(n for n, t in self.wire.items() if t.kind in ("mcp", "mcp_approval")
+                         and t.namespace == label and (name is None or t.name == name))
+        return tuple(n for n, t in self.wire.items() if t.kind == "web_search")
+
+
+def _web(param: Json, search: SearchProvider, settings: ToolSettings) -> WebSearchToolbox:
+    filters = param.get("filters")
+    domains = filters.get("allowed_domains") if isinstance(filters, dict) else None
+    if domains is not None and (not isinstance(domains, list) or not all(isinstance(d, str) for d in domains)
+                                or len(domains) > 100):
+        raise InvalidRequest("filters.allowed_domains must be a list of at most 100 domains.",
+                             param="tools.filters.allowed_domains")
+    size = param.get("search_context_size", "medium")
+    if size not in web.RESULTS:
+        raise InvalidRequest("search_context_size must be low, medium or high.",
+                             param="tools.search_context_size")
+    if param.get("external_web_access") is False and search.external:
+        raise InvalidRequest("external_web_access is false, and this gateway's search provider is the "
+                             "live web.", param="tools.external_web_access")
+    return WebSearchToolbox(search, web.RESULTS[size], tuple(domains or ()), settings.max_output_chars)
 
 
 def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServer:
@@ -105,13 +141,23 @@ def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolC
 
 
 async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
-                      ) -> Hosted | None:
-    """The request's MCP servers, connected and listed; None when it names none."""
+                      search: SearchProvider | None = None) -> Hosted | None:
+    """The request's hosted tools: MCP servers connected and listed, web search; None when it
+    has none."""
+    searching = _web(tools.web_search, search, settings) if tools.web_search and search else None
+    if searching is not None and any(f.name in tools.wire for f in searching.functions):
+        raise InvalidRequest("A function of this request has the name of a web_search function "
+                             f"({', '.join(f.name for f in searching.functions)}).", param="tools")
     if not tools.mcp:
         if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
             raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "
                                  "mcp tools to run it.", param="tools")
-        return None
+        if searching is None:
+            return None
+        hosted = Hosted(searching, browser=searching)
+        hosted.wire.update({f.name: WireTool("web_search", f.name, web.NAMESPACE)
+                            for f in searching.functions})
+        return hosted
     servers: list[McpServer] = []
     positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
     for t, at in zip(tools.mcp, positions, strict=True):
@@ -133,14 +179,18 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
         raise
     listed: dict[str, list[ListedTool]] = {
         s.server.label: r for s, r in zip(sessions, results, strict=True) if not isinstance(r, BaseException)}
-    toolbox = McpToolbox(sessions, listed, settings.call_timeout)
+    mcp = McpToolbox(sessions, listed, settings.call_timeout)
+    toolbox = Toolboxes([mcp, searching] if searching is not None else [mcp])
     try:
-        hosted = Hosted(toolbox)
-        for fn in toolbox.functions:
-            if fn.name in tools.wire:
-                raise InvalidRequest(f"The MCP tool {fn.name!r} has the name of a function of this "
+        hosted = Hosted(toolbox, browser=searching)
+        if searching is not None:
+            hosted.wire.update({f.name: WireTool("web_search", f.name, web.NAMESPACE)
+                                for f in searching.functions})
+        for fn in mcp.functions:
+            if fn.name in tools.wire or fn.name in hosted.wire:
+                raise InvalidRequest(f"The MCP tool {fn.name!r} has the name of another tool of this "
                                      "request.", param="tools")
-            server, tool = toolbox.route(fn.name)
+            server, tool = mcp.route(fn.name)
             kind: Literal["mcp", "mcp_approval"] = "mcp_approval" if server.approval(tool) else "mcp"
             hosted.wire[fn.name] = WireTool(kind, tool, server.label)
         before = _listed_before(context)
@@ -148,7 +198,7 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
             {"id": random_id("mcpl_"), "type": "mcp_list_tools", "server_label": label,
              "tools": [t.wire() for t in found]}
             for label, found in listed.items() if label not in before]
-        hosted.approved = _approved(context, toolbox)
+        hosted.approved = _approved(context, mcp)
         return hosted
     except BaseException:
         await toolbox.aclose()

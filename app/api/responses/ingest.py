@@ -9,6 +9,7 @@ internal assistant :class:`Message`, the shape the renderers expect.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from app.core.conversation import (
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.core.media import check_image_url
+from app.tools import web
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
@@ -110,6 +112,23 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
     return tuple(parts)
 
 
+def _web_call(action: wire.WebSearchAction | None) -> tuple[str, str, str]:
+    """A ``web_search_call`` as the browser call it was (:mod:`app.tools.web`) and a result
+    the model can read: the item keeps the sources, not the text the model saw then."""
+    if action is None or action.type == "search":
+        query = (action.query or " ".join(action.queries or [])) if action else ""
+        urls = [s.url for s in (action.sources or [])] if action else []
+        result = ("Searched earlier; the results are not kept" +
+                  (": sources " + ", ".join(urls) if urls else "") + ".")
+        return web.SEARCH, json.dumps({"query": query}, ensure_ascii=False), result
+    if action.type == "open_page":
+        return (web.OPEN, json.dumps({"id": action.url or ""}, ensure_ascii=False),
+                "Opened earlier; the page's text is not kept.")
+    found = {"pattern": action.pattern or "", "url": action.url or ""}
+    return (web.FIND, json.dumps(found, ensure_ascii=False),
+            "Searched the page earlier; the lines found are not kept.")
+
+
 def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
                       labels: list[str] | None = None) -> tuple[Message, ...]:
     """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
@@ -174,6 +193,12 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             result = ("The user did not approve this call." if isinstance(item, wire.McpApprovalRequestItem)
                       else item.output or "" if item.error is None else f"Error: {item.error}")
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
+        elif isinstance(item, wire.WebSearchCallItem):
+            # a search run in an earlier response: the call, and what is left of its result
+            name, arguments, result = _web_call(item.action)
+            asst.calls.append(ToolCall(item.id, name, arguments))
+            asst.flush(out)
+            out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
         elif isinstance(item, wire.McpListToolsItem | wire.McpApprovalResponseItem):
             continue  # listings feed the tools, approvals the next run; neither is prompt text
         elif isinstance(item, wire.UserMessage):
@@ -199,9 +224,9 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
 
 
-def tools_of(body: wire.CreateResponseBody) -> RequestTools:
-    """The request's tools (:mod:`app.api.responses.tools`)."""
-    return request_tools(body.tools)
+def tools_of(body: wire.CreateResponseBody, web: bool = False) -> RequestTools:
+    """The request's tools (:mod:`app.api.responses.tools`); ``web``: a search provider exists."""
+    return request_tools(body.tools, web)
 
 
 def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
@@ -214,8 +239,8 @@ def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, An
     return Conversation(messages, tools_of(body).tools, _response_format(body))
 
 
-def generation_params(body: wire.CreateResponseBody) -> GenerationParams:
-    tools = tools_of(body)
+def generation_params(body: wire.CreateResponseBody, web: bool = False) -> GenerationParams:
+    tools = tools_of(body, web)
     top = body.top_logprobs or 0
     return GenerationParams(
         max_tokens=body.max_output_tokens,

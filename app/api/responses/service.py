@@ -28,13 +28,22 @@ from app.api.responses.resolve import INCLUDE, Resolved, has_files, resolve, sea
 from app.api.responses.sealing import Sealer
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import ANONYMOUS, Principal
+from app.core.conversation import ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
-from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, TextFormatJSONSchema
+from app.tools import web
+from app.tools.search import SearchProvider
+from schemas.responses import (
+    CompactBody,
+    CreateResponseBody,
+    InputTokensBody,
+    SpecificHosted,
+    TextFormatJSONSchema,
+)
 
 Json = dict[str, Any]
 CONVERSATION = "conversation"  # the label of context items that come from a conversation
@@ -135,8 +144,10 @@ class ResponsesService:
     resource, storage, and the in-flight runs of this API (retrieve, cancel)."""
 
     def __init__(self, engine: Engine, store: ResponseStore,
-                 conversations: ConversationStore | None = None) -> None:
+                 conversations: ConversationStore | None = None,
+                 search: SearchProvider | None = None) -> None:
         self.engine = engine
+        self.search = search  # the web_search provider ([tools.web_search]); None: not run
         self.registry = engine.registry
         self.store = store
         settings = self.registry.config.responses
@@ -234,14 +245,19 @@ class ResponsesService:
         seal = ((lambda text: seal_reasoning(self.sealer, tenant, text))
                 if INCLUDE in (body.include or []) else None)
 
-        request_tools = tools_of(body)
-        params = generation_params(body)  # a bad tool_choice is refused before any server is called
+        searching = self.search is not None
+        request_tools = tools_of(body, searching)
+        params = generation_params(body, searching)  # a bad tool_choice: refused before any server call
         settings = self.registry.config.tools
-        hosted = await open_hosted(request_tools, settings, context)  # MCP servers: connected, listed
+        hosted = await open_hosted(request_tools, settings, context, self.search)  # MCP: connected, listed
         wire_tools = dict(request_tools.wire)
         if hosted is not None:
             wire_tools.update(hosted.wire)
             conv = replace(conv, tools=(*conv.tools, *hosted.toolbox.functions))
+            if isinstance(body.tool_choice, SpecificHosted):
+                params = replace(params, tool_choice=ToolChoice("required", hosted.forced(body.tool_choice)))
+        browser = hosted.browser if hosted is not None else None
+        sources = "web_search_call.action.sources" in (body.include or [])
 
         def encoder(plan: Plan) -> ResponsesEncoder:
             resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
@@ -253,7 +269,8 @@ class ResponsesService:
                 resource["conversation"] = {"id": conversation}
             summary = body.reasoning.summary if body.reasoning else None
             return ResponsesEncoder(resource, dialect, seal, wire_tools, summary,
-                                    hosted.list_items if hosted is not None else ())
+                                    hosted.list_items if hosted is not None else (),
+                                    browser.shown if browser is not None else None, sources)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None
@@ -283,7 +300,10 @@ class ResponsesService:
         create = CreateResponseBody.model_construct(**{**dict(body), "model": model})
         resolved = await self._context(create, who)
         conv = build_conversation(create, resolved.items, labels=resolved.labels)
-        return await count_tokens(self.registry, model, conv, generation_params(create),
+        searching = self.search is not None
+        if searching and tools_of(create, searching).web_search is not None:  # the browser's functions too
+            conv = replace(conv, tools=(*conv.tools, *web.FUNCTIONS))
+        return await count_tokens(self.registry, model, conv, generation_params(create, searching),
                                   truncate=body.truncation == "auto")
 
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:

@@ -12,7 +12,10 @@
   model, not enforced by the backend (a documented gap; see the README).
 * ``mcp``: run by the gateway (:mod:`app.api.responses.hosted`, :mod:`app.tools.mcp`); its
   tools reach the model like a namespace's.
-* other hosted tools (``web_search``, ``code_interpreter``, ``file_search``,
+* ``web_search`` / ``web_search_preview`` when the operator configured a search provider
+  (``[tools.web_search]``): run by the gateway (:mod:`app.tools.web`), shown to the model as
+  the ``browser`` namespace; without a provider it follows the policy below.
+* other hosted tools (``web_search`` without a provider, ``code_interpreter``, ``file_search``,
   ``image_generation``, ``computer_use_preview``, ``local_shell``, ``shell``, ``apply_patch``,
   ``tool_search``): this gateway runs none of them yet.  Policy: the tool is accepted, echoed
   in the response's ``tools``, **not shown to the model**, and reported in the response as
@@ -47,8 +50,9 @@ _CUSTOM_PARAMETERS: Json = {"type": "object", "properties": {"input": {"type": "
 class WireTool:
     """How a call of one model-facing tool looks on the wire."""
 
-    # mcp / mcp_approval: a hosted MCP tool (namespace: its server), run / awaiting approval
-    kind: Literal["function", "custom", "mcp", "mcp_approval"]
+    # mcp / mcp_approval: a hosted MCP tool (namespace: its server), run / awaiting approval;
+    # web_search: one of the browser functions of app/tools/web.py
+    kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search"]
     name: str
     namespace: str | None = None
 
@@ -91,6 +95,7 @@ class RequestTools:
     not_run: tuple[str, ...]  # hosted tool types, in request order (the policy above)
     echo: tuple[Json, ...]
     mcp: tuple[McpToolParam, ...] = ()  # run by the gateway (app/api/responses/hosted.py)
+    web_search: Json | None = None  # the request's web_search tool, when the gateway runs it
 
     def name_of(self, name: str, namespace: str | None, kind: str = "function") -> str | None:
         """The model-facing name of a tool the request offers, or None."""
@@ -116,12 +121,18 @@ def _custom(t: wire.CustomToolParam, namespace: str | None, where: str) -> tuple
     return tool, t.model_dump(exclude_none=True)
 
 
-def request_tools(tools: Sequence[Any] | None) -> RequestTools:
+WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
+                    "web_search_preview_2025_03_11")
+
+
+def request_tools(tools: Sequence[Any] | None, web: bool = False) -> RequestTools:
+    """``web``: whether this gateway runs ``web_search`` (a provider is configured)."""
     out: list[FunctionTool] = []
     table: dict[str, WireTool] = {}
     not_run: list[str] = []
     echo: list[Json] = []
     mcp: list[wire.McpToolParam] = []
+    web_search: Json | None = None
 
     def add(tool: FunctionTool, kind: Literal["function", "custom"], name: str, namespace: str | None,
             where: str) -> None:
@@ -156,10 +167,27 @@ def request_tools(tools: Sequence[Any] | None) -> RequestTools:
         elif isinstance(t, wire.McpToolParam):
             mcp.append(t)  # headers and authorization are secrets: never echoed
             echo.append(t.model_dump(exclude_none=True, exclude={"headers", "authorization"}))
+        elif web and t.type in WEB_SEARCH_TYPES:
+            if web_search is not None:
+                raise InvalidRequest("Offer web_search once.", param=f"{where}.type")
+            web_search = t.model_dump(exclude_none=True)
+            echo.append(web_search)
         else:
             not_run.append(t.type)
             echo.append(t.model_dump(exclude_none=True))
-    return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo), tuple(mcp))
+    return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo), tuple(mcp),
+                        web_search)
+
+
+def runs_hosted(choice: Any, tools: RequestTools) -> bool:
+    """Whether a hosted ``tool_choice`` names a tool this request has the gateway run."""
+    kind = getattr(choice, "type", None)
+    if kind in WEB_SEARCH_TYPES:
+        return tools.web_search is not None
+    if kind == "mcp":
+        label = getattr(choice, "server_label", None)
+        return any(m.server_label == label for m in tools.mcp)
+    return False
 
 
 def _named(choice: Any, tools: RequestTools, param: str) -> str | None:
@@ -178,8 +206,11 @@ def tool_choice(choice: Any, tools: RequestTools) -> ToolChoice:
     if choice is None:
         return ToolChoice("auto")
     if isinstance(choice, wire.SpecificHosted):
-        raise InvalidRequest(f"tool_choice forces {choice.type!r}, a hosted tool this gateway does "
-                             "not run; offer it without forcing it, or force a function.",
+        if runs_hosted(choice, tools):  # its model-facing names are known once it is open
+            return ToolChoice("required", ())
+        raise InvalidRequest(f"tool_choice forces {choice.type!r}, a hosted tool this request does "
+                             "not have the gateway run (not offered, or no provider is configured); "
+                             "offer it, or force a function.",
                              param="tool_choice.type", code="unsupported_tool_choice")
     if isinstance(choice, wire.SpecificFunction | wire.SpecificCustom):
         name = _named(choice, tools, "tool_choice")

@@ -1,7 +1,8 @@
 """``ocm-gateway conformance``: point it at any Open Responses / OpenAI-compatible server.
 
 ``ocm-gateway conformance --base-url http://host:port/v1 --model M [--api-key K]
-[--only PATTERN] [--json] [--timeout S]`` runs the Open Responses compliance tests
+[--only PATTERN] [--json] [--timeout S] [--enable-offline-web-search]`` runs the Open
+Responses compliance tests
 (:mod:`.responses`, :mod:`.websocket`) and a Chat Completions section (:mod:`.chat`), each with
 three verdicts: the test's own assertions, strict schema validation (:mod:`.spec`) and wire
 order (:mod:`.wire`).  It prints a table (or JSON) and exits 0 only when every test that ran
@@ -49,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine output on stdout")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     parser.add_argument("--list", action="store_true", help="list the tests and exit")
+    parser.add_argument("--enable-offline-web-search", action="store_true",
+                        help="run the optional offline-web-search test (the server needs a search index)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ocm-gateway conformance: {note}", file=sys.stderr)
     base = api_root(args.base_url)
     client = Client(base, args.api_key, args.timeout)
-    ctx = responses.Context(client, args.model)
+    ctx = responses.Context(client, args.model, args.enable_offline_web_search)
     results: list[runner.Result] = []
     try:
         for case in cases:

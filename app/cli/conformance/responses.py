@@ -1,7 +1,9 @@
 """The Open Responses compliance tests, reimplemented from the public suite's definitions.
 
 The requests and assertions follow the public suite (openresponses/openresponses,
-``src/lib/compliance-tests.ts``): 17 tests, plus ``tool-calling-streaming`` (in earlier
+``src/lib/compliance-tests.ts``): 17 tests and its optional ``offline-web-search`` (run with
+``--enable-offline-web-search``; its ``file-search`` needs OpenAI's vector stores), plus
+``tool-calling-streaming`` (in earlier
 versions of that suite) and ``file-input`` (this runner's own, the ``input_file`` twin of
 ``image-input``).  The suite's ``websocket-generate-false`` is left out: ``generate`` is not
 in the 2026-04-24 document.  Helpers shared with the WebSocket tests live in
@@ -37,9 +39,10 @@ HEART_PNG = (
 class Context:
     """What a test needs: the client and the model under test."""
 
-    def __init__(self, client: Client, model: str) -> None:
+    def __init__(self, client: Client, model: str, offline_web_search: bool = False) -> None:
         self.client = client
         self.model = model
+        self.offline_web_search = offline_web_search
 
 
 def user(text: str) -> Json:
@@ -182,6 +185,51 @@ def _file_input(ctx: Context, check: Check) -> None:
     _simple({"input": [{"type": "message", "role": "user", "content": content}]})(ctx, check)
 
 
+def _hosted_items_typed(check: Check, items: list[Json]) -> None:
+    """Items the Open Responses document does not define but OpenAI's API does (the gateway
+    emits OpenAI's types for hosted tools): checked with the OpenAI SDK's types."""
+    try:
+        import pydantic
+        from openai.types.responses import ResponseOutputItem
+    except ImportError:
+        check.schema_skipped = True
+        return
+    adapter: Any = pydantic.TypeAdapter(ResponseOutputItem)
+    problems = []
+    for item in items:
+        try:
+            adapter.validate_python(item)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            problems.append(f"{item.get('type')} at /{'/'.join(map(str, first['loc']))}: {first['msg']}")
+    check.typed(problems[:5])
+
+
+def _offline_web_search(ctx: Context, check: Check) -> None:
+    """The suite's optional ``offline-web-search``: a forced ``web_search`` with live web
+    access off must produce a ``web_search_call``."""
+    if not ctx.offline_web_search:
+        check.skip_reason = "Offline web search is not enabled (--enable-offline-web-search)"
+        return
+    ex = ctx.client.post("/responses", {
+        "model": ctx.model, "input": [user("Find the most relevant cached result for OpenResponses.")],
+        "tools": [{"type": "web_search", "external_web_access": False}],
+        "tool_choice": {"type": "web_search"}, "include": ["web_search_call.action.sources"]})
+    if not check.expect(ex.status == 200, f"HTTP {ex.status}: {ex.text[:200]}"):
+        return
+    r = ex.body if isinstance(ex.body, dict) else {}
+    output = [i for i in r.get("output") or [] if isinstance(i, dict)]
+    hosted = [i for i in output if i.get("type") == "web_search_call"]
+    tools = [t for t in r.get("tools") or [] if not (isinstance(t, dict) and t.get("type") == "web_search")]
+    standard = {**r, "output": [i for i in output if i not in hosted], "tools": tools}
+    if isinstance(r.get("tool_choice"), dict) and r["tool_choice"].get("type") == "web_search":
+        standard["tool_choice"] = "required"  # a hosted choice the document has no schema for
+    check.schema("ResponseResource", standard)
+    _hosted_items_typed(check, hosted)
+    has_output(check, r)
+    has_type(check, r, "web_search_call")
+
+
 def cases() -> list[TestCase]:
     from app.cli.conformance import websocket as ws
 
@@ -218,4 +266,5 @@ def cases() -> list[TestCase]:
         TestCase("multi-turn", r, "Multi-turn Conversation", _simple({"input": multi})),
         TestCase("compact-response", r, "Compaction Endpoint", _compact),
         TestCase("compact-missing-model", r, "Compaction Missing Required Model", _compact_missing_model),
+        TestCase("offline-web-search", r, "Offline Web Search", _offline_web_search),
     ]

@@ -13,51 +13,18 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from app.formats.harmony.vocab import harmony_encoding
-from tests.support.fake_llamacpp import sse_events
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
 from tests.support.mcp_server import running
-from tests.support.wire import RecordedBody
+from tests.support.switch_model import Switch, answer, call
 
 pytestmark = pytest.mark.asyncio
 Json = dict[str, Any]
 EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
-
-
-def call(tool: str, args: Json, ns: str = "tools") -> str:
-    return (f"<|channel|>analysis<|message|>I need {tool}.<|end|><|start|>assistant"
-            f"<|channel|>commentary to={ns}.{tool} <|constrain|>json<|message|>{json.dumps(args)}<|call|>")
-
-
-def answer(text: str) -> str:
-    return f"<|channel|>final<|message|>{text}<|return|>"
-
-
-class Switch:
-    """A fake llama.cpp whose script is chosen by what its prompt contains: the first rule
-    whose marker is in the prompt wins, else ``default``."""
-
-    def __init__(self, default: str, *rules: tuple[str, str]) -> None:
-        self.default, self.rules = default, rules
-        self.prompts: list[str] = []
-        self.ids: list[list[int]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        ids = json.loads(request.content)["prompt"]
-        prompt = harmony_encoding().decode(ids)
-        self.prompts.append(prompt)
-        self.ids.append(ids)
-        script = next((s for marker, s in self.rules if marker in prompt), self.default)
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=RecordedBody(sse_events(script), lambda: None))
-
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self)
 
 
 @pytest.fixture(scope="module")

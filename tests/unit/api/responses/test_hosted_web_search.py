@@ -1,0 +1,156 @@
+"""``web_search`` run by the gateway over the offline index (issue 27): the browser functions
+the model sees, ``web_search_call`` items and events, sources with ``include``, citations,
+forcing, what happens without a provider, and earlier calls re-rendered.
+
+The model is the prompt-dependent fake of :mod:`tests.support.switch_model`; the corpus is
+``tests/fixtures/web_corpus``.  Bodies and events are checked with the OpenAI SDK's types and
+the Open Responses validators (:mod:`tests.support.openresponses`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.responses import Response
+
+from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.openresponses import check_stream, validate_response
+from tests.support.switch_model import Switch, answer, call
+
+CORPUS = Path(__file__).resolve().parents[3] / "fixtures" / "web_corpus"
+SITE = "https://www.openresponses.org/"
+Json = dict[str, Any]
+
+
+def cfg(tmp_path: Path, documents: Path | None = CORPUS) -> Any:
+    c = config(context_window=16384)
+    web = {"documents": str(documents), "index": str(tmp_path / "web.sqlite3")} if documents else {}
+    return c.model_copy(update={"tools": c.tools.model_copy(update={
+        "web_search": c.tools.web_search.model_validate(web)})})
+
+
+def searching(query: str = "open responses agentic loop") -> Switch:
+    """Searches until results are in the prompt, then answers citing the first source."""
+    return Switch(call("search", {"query": query}, ns="browser"),
+                  ("Search results for", answer(f"See {SITE} for the agentic loop.")))
+
+
+async def test_search_then_answer_with_sources_and_a_citation(tmp_path: Path) -> None:
+    model = searching()
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={
+            "model": MODEL, "input": "What is the agentic loop?", "tools": [{"type": "web_search"}],
+            "include": ["web_search_call.action.sources"]})
+    assert r.status_code == 200, r.text
+    validate_response(r.json())
+    body = Response.model_validate(r.json())
+    assert [i.type for i in body.output] == ["reasoning", "web_search_call", "message"]
+    ws = body.output[1]
+    assert ws.type == "web_search_call" and ws.status == "completed"
+    assert ws.action.type == "search" and ws.action.query == "open responses agentic loop"
+    assert ws.action.sources is not None and ws.action.sources[0].url == SITE
+    text = body.output[2].content[0]  # type: ignore[union-attr]
+    assert text.type == "output_text" and text.text == f"See {SITE} for the agentic loop."
+    cite = text.annotations[0]
+    assert cite.type == "url_citation" and cite.url == SITE and cite.title == "Open Responses"
+    assert text.text[cite.start_index:cite.end_index] == SITE
+    # The model was shown the browser namespace, and read the results in its second prompt.
+    assert "namespace browser" in model.prompts[0] and "type search" in model.prompts[0]
+    assert "Search results for" in model.prompts[1] and f"URL: {SITE}" in model.prompts[1]
+    assert "ocm:tools_not_run" not in r.json()
+
+
+async def test_sources_only_with_include_and_streamed_events(tmp_path: Path) -> None:
+    model = searching()
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={
+            "model": MODEL, "input": "loop?", "tools": [{"type": "web_search_preview"}], "stream": True})
+    events = [e for e in sse_payloads(r.text) if e != "[DONE]"]
+    final = check_stream(events)
+    types = [e["type"] for e in events]
+    for name in ("response.web_search_call.in_progress", "response.web_search_call.searching",
+                 "response.web_search_call.completed", "response.output_text.annotation.added"):
+        assert types.count(name) == 1, (name, types)
+    assert types.index("response.web_search_call.completed") < types.index("response.output_text.delta")
+    ws = next(i for i in final["output"] if i["type"] == "web_search_call")
+    assert ws["action"] == {"type": "search", "query": "open responses agentic loop"}  # no sources
+
+
+async def test_open_and_find(tmp_path: Path) -> None:
+    model = Switch(call("open", {"id": SITE}, ns="browser"),
+                   ("contain 'agentic'", answer("Found it.")),
+                   ("Title: Open Responses", call("find", {"pattern": "agentic"}, ns="browser")))
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "Open it.",
+                                                 "tools": [{"type": "web_search"}]})
+    assert r.status_code == 200, r.text
+    calls = [i for i in r.json()["output"] if i["type"] == "web_search_call"]
+    assert [c["action"] for c in calls] == [{"type": "open_page", "url": SITE},
+                                            {"type": "find_in_page", "url": SITE, "pattern": "agentic"}]
+    assert "L0: Open Responses is an open-source" not in model.prompts[2]  # the title line is L0
+    assert "contain 'agentic'" in model.prompts[2] and "agentic loop is its core" in model.prompts[2]
+
+
+async def test_allowed_domains_and_a_page_not_in_the_index(tmp_path: Path) -> None:
+    model = Switch(call("open", {"id": "http://169.254.169.254/latest/meta-data/"}, ns="browser"),
+                   ("No page", answer("Could not open it.")))
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "Open it.", "tools": [
+            {"type": "web_search", "filters": {"allowed_domains": ["openresponses.org"]}}]})
+    assert r.status_code == 200, r.text
+    ws = next(i for i in r.json()["output"] if i["type"] == "web_search_call")
+    assert ws["status"] == "failed" and r.json()["status"] == "completed"
+    assert "No page 'http://169.254.169.254/latest/meta-data/' is available" in model.prompts[1]
+
+
+async def test_forced_web_search_is_the_conformance_case(tmp_path: Path) -> None:
+    # Forced: the prompt ends "<|channel|>commentary to=" (the browser namespace is the only
+    # choice), so the model continues the recipient.
+    model = Switch('browser.search <|constrain|>json<|message|>{"query":"OpenResponses"}<|call|>',
+                   ("Search results for", answer(f"See {SITE}.")))
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={
+            "model": MODEL, "input": "Find the most relevant cached result for OpenResponses.",
+            "tools": [{"type": "web_search", "external_web_access": False}],
+            "tool_choice": {"type": "web_search"}, "include": ["web_search_call.action.sources"]})
+    assert r.status_code == 200, r.text
+    assert "web_search_call" in [i["type"] for i in r.json()["output"]]
+    assert model.prompts[0].endswith("<|start|>assistant<|channel|>commentary to=")
+    assert len(model.ids) == 2 and model.prompts[1].endswith("<|start|>assistant")  # forced once
+
+
+async def test_without_a_provider_web_search_is_not_run(tmp_path: Path) -> None:
+    model = Switch(answer("No search here."))
+    async with gateway(model.transport(), cfg(tmp_path, documents=None)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi",
+                                                 "tools": [{"type": "web_search"}]})
+        forced = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [
+            {"type": "web_search"}], "tool_choice": {"type": "web_search"}})
+    assert r.status_code == 200 and r.json()["ocm:tools_not_run"] == ["web_search"]
+    assert "browser" not in model.prompts[0]
+    assert forced.status_code == 400 and forced.json()["error"]["code"] == "unsupported_tool_choice"
+
+
+async def test_an_earlier_search_is_re_rendered(tmp_path: Path) -> None:
+    model = Switch(answer("Again."))
+    earlier: Json = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                     "action": {"type": "search", "query": "agentic loop",
+                                "sources": [{"type": "url", "url": SITE}]}}
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "tools": [{"type": "web_search"}], "input": [
+            {"role": "user", "content": "Search."}, earlier,
+            {"role": "assistant", "content": "Found it."}, {"role": "user", "content": "Again?"}]})
+    assert r.status_code == 200, r.text
+    assert "to=browser.search" in model.prompts[0] and '"agentic loop"' in model.prompts[0]
+    assert f"sources {SITE}" in model.prompts[0]
+
+
+@pytest.mark.parametrize("tool", [{"type": "web_search", "search_context_size": "huge"},
+                                  {"type": "web_search", "filters": {"allowed_domains": "x.com"}}])
+async def test_bad_web_search_options_are_400s(tmp_path: Path, tool: Json) -> None:
+    async with gateway(Switch(answer("x")).transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [tool]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
