@@ -44,6 +44,7 @@ from typing import Any
 
 from app.api.logprobs import logprobs_content
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
+from app.api.responses.hosted_items import HostedItems
 from app.api.responses.tools import WireTool, custom_input
 from app.core import events as ev
 from app.core.errors import error_fields
@@ -108,10 +109,8 @@ class ResponsesEncoder:
         self._summary = summary
         self._seq = 0
         self._open: _Open | None = None
-        self._list_items = list_items
-        self._pending: dict[str, tuple[int, Json]] = {}  # hosted calls waiting for their result
+        self._hosted = HostedItems(self._event, resource["output"], list_items, sources)
         self._shown = shown
-        self._sources = sources
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -135,18 +134,7 @@ class ResponsesEncoder:
         self._resource["status"] = "in_progress"
         events = [self._event("response.created", response=self.snapshot()),
                   self._event("response.in_progress", response=self.snapshot())]
-        for listing in self._list_items:
-            index = len(self._resource["output"])
-            item = {**listing, "tools": []}
-            self._resource["output"].append(item)
-            events += [self._event("response.output_item.added", output_index=index, item=dict(item)),
-                       self._event("response.mcp_list_tools.in_progress", item_id=item["id"],
-                                   output_index=index)]
-            item["tools"] = listing["tools"]
-            events += [self._event("response.mcp_list_tools.completed", item_id=item["id"],
-                                   output_index=index),
-                       self._event("response.output_item.done", output_index=index, item=dict(item))]
-        return events
+        return events + self._hosted.listings()
 
     def _add_item(self, kind: str, item: Json) -> list[Json]:
         index = len(self._resource["output"])
@@ -203,9 +191,7 @@ class ResponsesEncoder:
             index = len(self._resource["output"])
             events += self._add_item(kind, item)
             if kind == "mcp":
-                self._pending[extra["call_id"]] = (index, item)
-                events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
-                                          output_index=index))
+                events += self._hosted.mcp_opened(extra["call_id"], index, item)
             return events
         else:
             item = {"id": random_id("msg_"), "type": "message", "status": "in_progress",
@@ -219,7 +205,8 @@ class ResponsesEncoder:
         item, idx, text = cur.item, cur.index, "".join(cur.text)
         events: list[Json] = []
         if cur.kind == "web_search":
-            return self._web_added(item, text) if status == "completed" else []
+            completed = status == "completed"
+            return self._hosted.web_added(item["call_id"], item["name"], text) if completed else []
         if cur.kind == "tool":
             item["arguments"] = text
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
@@ -231,7 +218,7 @@ class ResponsesEncoder:
                                           output_index=idx, arguments=text))
                 if status == "completed":
                     return events
-                self._pending = {k: v for k, v in self._pending.items() if v[1] is not item}
+                self._hosted.forget(item)
         elif cur.kind == "custom":  # the input exists only once the arguments are complete
             item["input"] = value = custom_input(text)
             if value:
@@ -335,7 +322,7 @@ class ResponsesEncoder:
             events = self._open_item("mcp", call_id=event.call_id, name=event.name, approval=event.approval)
             return events + self._delta(event.arguments) + self._close("completed")
         if isinstance(event, ev.HostedCallDone):
-            return self._hosted_done(event)
+            return self._hosted.done(event)
         if isinstance(event, ev.ToolCallArgumentsDelta):
             return self._delta(event.delta)
         if isinstance(event, ev.ToolCallDone):
@@ -346,52 +333,9 @@ class ResponsesEncoder:
             return self.fail(event)
         return []
 
-    def _hosted_done(self, event: ev.HostedCallDone) -> list[Json]:
-        found = self._pending.pop(event.call_id, None)
-        if found is None:
-            return []
-        index, item = found
-        if item["type"] == "web_search_call":
-            return self._web_done(index, item, event)
-        item["output"] = event.output if event.error is None else (event.output or None)
-        item["error"] = event.error
-        item["status"] = "failed" if event.error is not None else "completed"
-        done = "response.mcp_call.failed" if event.error is not None else "response.mcp_call.completed"
-        return [self._event(done, item_id=item["id"], output_index=index),
-                self._event("response.output_item.done", output_index=index, item=dict(item))]
-
-    def _web_added(self, call: Json, arguments: str) -> list[Json]:
-        item = {"id": random_id("ws_"), "type": "web_search_call", "status": "in_progress",
-                "action": web.action_of(call["name"], arguments)}
-        index = len(self._resource["output"])
-        self._resource["output"].append(item)
-        self._pending[call["call_id"]] = (index, item)
-        return [self._event("response.output_item.added", output_index=index, item=dict(item)),
-                self._event("response.web_search_call.in_progress", item_id=item["id"], output_index=index),
-                self._event("response.web_search_call.searching", item_id=item["id"], output_index=index)]
-
-    def _web_done(self, index: int, item: Json, event: ev.HostedCallDone) -> list[Json]:
-        action = dict((event.detail or {}).get("action") or item["action"])
-        if not self._sources:
-            action.pop("sources", None)
-        item["action"] = action
-        item["status"] = "failed" if event.error is not None else "completed"
-        events = [] if event.error is not None else [
-            self._event("response.web_search_call.completed", item_id=item["id"], output_index=index)]
-        return [*events, self._event("response.output_item.done", output_index=index, item=dict(item))]
-
-    def _drop_pending(self) -> list[Json]:
-        """Hosted calls that will not run now (the response ended first)."""
-        events: list[Json] = []
-        for index, item in self._pending.values():
-            item["status"] = "incomplete"
-            events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
-        self._pending.clear()
-        return events
-
     def finish(self, event: ev.Finished) -> list[Json]:
         incomplete = event.reason == "length"
-        events = self._close("incomplete" if incomplete else "completed") + self._drop_pending()
+        events = self._close("incomplete" if incomplete else "completed") + self._hosted.drop()
         r = self._resource
         r["status"] = "incomplete" if incomplete else "completed"
         r["incomplete_details"] = {"reason": event.limit or "max_output_tokens"} if incomplete else None
@@ -402,7 +346,7 @@ class ResponsesEncoder:
         return [*events, self._event(name, response=self.snapshot())]
 
     def fail(self, error: ev.Error) -> list[Json]:
-        events = self._close("incomplete") + self._drop_pending()
+        events = self._close("incomplete") + self._hosted.drop()
         r = self._resource
         r["status"] = "failed"
         r["error"] = {"code": error.code, "message": error.message}
@@ -416,7 +360,7 @@ class ResponsesEncoder:
 
     def cancel(self) -> list[Json]:
         """The response was cancelled: close what is open, status ``cancelled``."""
-        events = self._close("incomplete") + self._drop_pending()
+        events = self._close("incomplete") + self._hosted.drop()
         self._resource["status"] = "cancelled"
         self.terminal = True
         return [*events, self._event("response.failed", response=self.snapshot())]

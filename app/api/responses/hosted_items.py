@@ -1,0 +1,96 @@
+"""The hosted-tool part of :class:`~app.api.responses.encode.ResponsesEncoder`: the items of
+tools the gateway runs, which stay open while the tool runs.
+
+* ``mcp_list_tools`` items, emitted whole when the response starts;
+* an ``mcp_call`` opened by the encoder (its arguments stream as deltas) waits here for its
+  result: ``response.mcp_call.completed`` or ``.failed`` with ``output`` / ``error``;
+* a ``web_search_call`` is added only once the model's arguments are complete (its
+  ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
+  ``.completed`` with the action the tool reports (its sources only with ``include``);
+* whatever is still waiting when the response ends is closed ``incomplete``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from app.core import events as ev
+from app.core.ids import random_id
+from app.tools import web
+
+Json = dict[str, Any]
+
+
+class HostedItems:
+    def __init__(self, emit: Callable[..., Json], output: list[Json], list_items: Sequence[Json],
+                 sources: bool) -> None:
+        """``emit(type, **fields)`` numbers an event; ``output`` is the response's output list."""
+        self._emit = emit
+        self._output = output
+        self._list_items = list_items
+        self._sources = sources
+        self._pending: dict[str, tuple[int, Json]] = {}  # call id → (output index, item)
+
+    def listings(self) -> list[Json]:
+        events: list[Json] = []
+        for listing in self._list_items:
+            index = len(self._output)
+            item = {**listing, "tools": []}
+            self._output.append(item)
+            at = {"item_id": item["id"], "output_index": index}
+            events += [self._emit("response.output_item.added", output_index=index, item=dict(item)),
+                       self._emit("response.mcp_list_tools.in_progress", **at)]
+            item["tools"] = listing["tools"]
+            events += [self._emit("response.mcp_list_tools.completed", **at),
+                       self._emit("response.output_item.done", output_index=index, item=dict(item))]
+        return events
+
+    def mcp_opened(self, call_id: str, index: int, item: Json) -> list[Json]:
+        self._pending[call_id] = (index, item)
+        return [self._emit("response.mcp_call.in_progress", item_id=item["id"], output_index=index)]
+
+    def forget(self, item: Json) -> None:
+        """An ``mcp_call`` the encoder closed itself (its arguments never completed)."""
+        self._pending = {k: v for k, v in self._pending.items() if v[1] is not item}
+
+    def web_added(self, call_id: str, name: str, arguments: str) -> list[Json]:
+        item = {"id": random_id("ws_"), "type": "web_search_call", "status": "in_progress",
+                "action": web.action_of(name, arguments)}
+        index = len(self._output)
+        self._output.append(item)
+        self._pending[call_id] = (index, item)
+        return [self._emit("response.output_item.added", output_index=index, item=dict(item)),
+                self._emit("response.web_search_call.in_progress", item_id=item["id"], output_index=index),
+                self._emit("response.web_search_call.searching", item_id=item["id"], output_index=index)]
+
+    def done(self, event: ev.HostedCallDone) -> list[Json]:
+        found = self._pending.pop(event.call_id, None)
+        if found is None:
+            return []
+        index, item = found
+        failed = event.error is not None
+        if item["type"] == "web_search_call":
+            action = dict((event.detail or {}).get("action") or item["action"])
+            if not self._sources:
+                action.pop("sources", None)
+            item["action"] = action
+            item["status"] = "failed" if failed else "completed"
+            events = [] if failed else [
+                self._emit("response.web_search_call.completed", item_id=item["id"], output_index=index)]
+        else:
+            item["output"] = event.output if not failed else (event.output or None)
+            item["error"] = event.error
+            item["status"] = "failed" if failed else "completed"
+            events = [self._emit("response.mcp_call.failed" if failed else "response.mcp_call.completed",
+                                 item_id=item["id"], output_index=index)]
+        return [*events, self._emit("response.output_item.done", output_index=index, item=dict(item))]
+
+    def drop(self) -> list[Json]:
+        """Calls that will not run now (the response ended first)."""
+        events: list[Json] = []
+        for index, item in self._pending.values():
+            item["status"] = "incomplete"
+            events.append(self._emit("response.output_item.done", output_index=index, item=dict(item)))
+        self._pending.clear()
+        return events
