@@ -188,3 +188,18 @@ async def test_server_urls_the_operator_did_not_allow_are_refused(server: str) -
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "x",
                                                  "tools": [mcp("http://127.0.0.1:1/mcp")]})
     assert r.status_code == 424 and r.json()["error"]["code"] == "tool_server_unavailable"
+
+
+async def test_tool_choice_forces_an_mcp_server(server: str) -> None:
+    model = Switch('tools.add <|constrain|>json<|message|>{"a":1,"b":2}<|call|>',
+                   ("<|message|>3<|end|>", answer("3")))
+    async with gateway(model.transport(), cfg(server)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "1+2", **on(server),
+                                                 "tool_choice": {"type": "mcp", "server_label": "tools"}})
+        other = await c.post("/v1/responses", json={"model": MODEL, "input": "1+2", **on(server),
+                                                     "tool_choice": {"type": "mcp", "server_label": "nope"}})
+    assert r.status_code == 200, r.text
+    assert model.prompts[0].endswith("<|start|>assistant<|channel|>commentary to=")  # forced
+    assert model.prompts[1].endswith("<|start|>assistant")  # then auto
+    assert [i["output"] for i in r.json()["output"] if i["type"] == "mcp_call"] == ["3"]
+    assert other.status_code == 400 and other.json()["error"]["code"] == "unsupported_tool_choice"
