@@ -153,3 +153,24 @@ def test_a_server_url_the_operator_did_not_allow_is_refused(gateway: Running, se
                        json={"model": MODEL, "input": "hi", "tools": [tool]})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["code"] == "server_url_not_allowed"
+
+
+async def test_agents_sdk_hosted_mcp_tool(gateway: Running, servers: dict[str, str]) -> None:
+    """The OpenAI Agents SDK's ``HostedMCPTool``: the gateway runs the server; the SDK sees
+    the MCP items and the answer (tracing off: it would export to api.openai.com)."""
+    from agents import Agent, HostedMCPTool, RunConfig, Runner, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="not-needed", max_retries=0, timeout=90)
+    tool = HostedMCPTool(tool_config={"type": "mcp", "server_label": "srv", "server_url": servers["ours"],
+                                      "require_approval": "never", "allowed_tools": ["echo"]})
+    agent = Agent(name="assistant", model=OpenAIResponsesModel(MODEL, client), tools=[tool])
+    result = await Runner.run(agent, "Echo it.", run_config=RunConfig(tracing_disabled=True))
+    assert result.final_output == ANSWER
+    raw = [item.raw_item for item in result.new_items]
+    kinds = [getattr(r, "type", None) for r in raw]
+    assert "mcp_list_tools" in kinds and "mcp_call" in kinds, kinds
+    call = next(r for r in raw if getattr(r, "type", None) == "mcp_call")
+    assert getattr(call, "output", None) == f"Echo: {WORDS}"

@@ -92,3 +92,19 @@ def test_the_suites_offline_web_search_case(gateway: Running) -> None:
     [result] = report["results"]
     assert (result["status"], result["schema"]) == ("passed", "pass"), result["reasons"]
     assert proc.returncode == 0
+
+
+async def test_agents_sdk_web_search_tool(gateway: Running) -> None:
+    """The OpenAI Agents SDK's ``WebSearchTool`` (tracing off: it would export to api.openai.com)."""
+    from agents import Agent, RunConfig, Runner, WebSearchTool, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="not-needed", max_retries=0, timeout=90)
+    agent = Agent(name="assistant", model=OpenAIResponsesModel(MODEL, client),
+                  tools=[WebSearchTool(search_context_size="high", external_web_access=False)])
+    result = await Runner.run(agent, "What is Open Responses?", run_config=RunConfig(tracing_disabled=True))
+    assert result.final_output == ANSWER
+    calls = [i.raw_item for i in result.new_items if getattr(i.raw_item, "type", None) == "web_search_call"]
+    assert len(calls) == 1 and calls[0].action.type == "search"  # type: ignore[union-attr]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -58,6 +59,22 @@ def fail() -> str:
 async def sleep(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@server.tool(description="Run until cancelled, noting it in a file.")
+async def hold(path: str) -> str:
+    _note(path, "started\n")
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        _note(path, "started\ncancelled\n")
+        raise
+    _note(path, "started\nfinished\n")
+    return "held"
+
+
+def _note(path: str, text: str) -> None:
+    Path(path).write_text(text)
 
 
 @server.tool(description="Five megabytes of text.")

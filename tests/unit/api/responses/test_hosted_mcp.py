@@ -9,8 +9,10 @@ same through the real llama.cpp).  Every output is checked with the OpenAI SDK's
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from app.formats.harmony.vocab import harmony_encoding
+from app.main import create_app
+from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
 from tests.support.mcp_server import running
 from tests.support.switch_model import Switch, answer, call
@@ -203,3 +207,45 @@ async def test_tool_choice_forces_an_mcp_server(server: str) -> None:
     assert model.prompts[1].endswith("<|start|>assistant")  # then auto
     assert [i["output"] for i in r.json()["output"] if i["type"] == "mcp_call"] == ["3"]
     assert other.status_code == 400 and other.json()["error"]["code"] == "unsupported_tool_choice"
+
+
+async def test_a_client_that_leaves_cancels_the_running_tool(server: str, tmp_path: Path) -> None:
+    """The client disconnects while ``hold`` runs: the loop is cancelled, the MCP SDK sends
+    ``notifications/cancelled`` and the server's handler stops (it notes it in a file)."""
+    note = tmp_path / "hold.txt"
+    model = Switch(call("hold", {"path": str(note)}))
+    app = create_app(cfg(server), transport=model.transport())
+
+    def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
+        if b"response.mcp_call.in_progress" in message.get("body", b""):
+            asyncio.get_running_loop().call_later(0.5, post.gone.set)  # the tool is running by then
+
+    post = AsgiPost("/v1/responses", {"model": MODEL, "input": "hold", "stream": True, **on(server)}, on_send)
+    async with app.router.lifespan_context(app):
+        task = post.start(app)
+        await post.gone.wait()
+        assert note.read_text() == "started\n"
+        await asyncio.wait_for(task, timeout=5)
+        await eventually(lambda: "cancelled" in note.read_text(), seconds=5)
+        assert note.read_text() == "started\ncancelled\n"
+        await eventually(lambda: not app.state.engine.runs, seconds=2)
+        assert not app.state.engine.runs  # the run is over, not waiting for the tool
+    assert len(model.prompts) == 1  # nothing was sampled for a client that left
+
+
+async def test_cancelling_a_background_response_cancels_the_running_tool(server: str, tmp_path: Path) -> None:
+    note = tmp_path / "hold.txt"
+    model = Switch(call("hold", {"path": str(note)}))
+    async with gateway(model.transport(), cfg(server)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "hold", "background": True,
+                                                 **on(server)})
+        assert r.status_code == 200, r.text
+        rid = r.json()["id"]
+        await eventually(lambda: note.exists(), seconds=5)
+        cancelled = await c.post(f"/v1/responses/{rid}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        await eventually(lambda: "cancelled" in note.read_text(), seconds=5)
+        assert note.read_text() == "started\ncancelled\n"
+        stored = (await c.get(f"/v1/responses/{rid}")).json()
+    assert stored["status"] == "cancelled"
+    assert [i["status"] for i in stored["output"] if i["type"] == "mcp_call"] == ["incomplete"]
