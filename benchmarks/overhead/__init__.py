@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.overhead [--rounds 3] [--json out.json] [--quick]
 [--tree A=PATH --tree B=PATH ...] [--workers N [--workers-nodelay]] [--litellm]
-[--stream-passthrough] [--sweep]`` starts
+[--stream-passthrough] [--responses] [--sweep]`` starts
 
 * the fake upstream (``benchmarks.overhead.fake``, a subprocess: llama.cpp ``/completion`` and
   vLLM-style OpenAI chat, each on its own port, answering in tens of microseconds),

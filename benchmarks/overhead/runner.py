@@ -93,6 +93,8 @@ class Runner:
             return f"HTTP {status}: {body[:300]!r}"
         if target.server == "llamacpp":
             return self.check_completion(body, full)
+        if target.api == "responses":
+            return self.check_response(target, body, full)
         if not full:  # cheap: enough to catch a wrong or truncated answer under load
             if target.stream:
                 return None if body.endswith(b"data: [DONE]\n\n") else f"stream not ended: {body[-200:]!r}"
@@ -104,6 +106,26 @@ class Runner:
                     return f"stream without [DONE]: {body[-200:]!r}"
             else:
                 content = orjson.loads(body)["choices"][0]["message"]["content"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            return f"unparsable answer ({exc}): {body[:300]!r}"
+        return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"
+
+    def check_response(self, target: Target, body: bytes, full: bool) -> str | None:
+        """``/v1/responses``: the answer as output text, and (streamed) one ``response.completed``."""
+        if not full:
+            ended = b"event: response.completed" in body if target.stream else b'"status":"completed"' in body
+            ok = ended and (target.stream or self.answer_json in body)
+            return None if ok else f"not completed: {body[-300:]!r}"
+        try:
+            if target.stream:
+                events = [orjson.loads(line[6:]) for line in body.split(b"\n")
+                          if line.startswith(b"data: ") and line != b"data: [DONE]"]
+                content = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+                if [e["type"] for e in events][-1:] != ["response.completed"]:
+                    return f"stream not completed: {body[-200:]!r}"
+            else:
+                content = "".join(part["text"] for item in orjson.loads(body)["output"]
+                                  if item["type"] == "message" for part in item["content"])
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             return f"unparsable answer ({exc}): {body[:300]!r}"
         return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"

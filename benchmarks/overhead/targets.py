@@ -30,6 +30,7 @@ class Target:
     stream: bool
     upstream: str  # the fake's dialect this target ends up at
     baseline: str | None = None
+    api: str = "chat"  # "chat": /v1/chat/completions; "responses": /v1/responses (store false)
 
     def body(self, prompt_ids: list[int]) -> bytes:
         """The request; ``prompt_ids``: the Harmony prompt as the gateway renders it (for the
@@ -38,13 +39,17 @@ class Target:
             return orjson.dumps({"prompt": prompt_ids, "stream": True, "return_tokens": True,
                                  "cache_prompt": True, "n_predict": -1})
         payload: dict[str, Any] = {"model": self.model, "messages": MESSAGES}
+        if self.api == "responses":
+            payload = {"model": self.model, "input": MESSAGES, "store": False}
         if self.stream:
             payload["stream"] = True
         return orjson.dumps(payload)
 
     @property
     def path(self) -> str:
-        return "/completion" if self.server == "llamacpp" else "/v1/chat/completions"
+        if self.server == "llamacpp":
+            return "/completion"
+        return "/v1/responses" if self.api == "responses" else "/v1/chat/completions"
 
 
 HARMONY_PROMPT = f"<|start|>user<|message|>{MESSAGES[0]['content']}<|end|><|start|>assistant"
@@ -76,16 +81,23 @@ LITELLM_TARGETS = (
     Target("litellm_stream", "LiteLLM proxy → OpenAI chat, stream", "litellm", CHAT_MODEL, True,
            "openai", "direct_stream"),
 )
-ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS)}
+# --responses: the same Harmony answer through /v1/responses (the agentic loop's path, no tools)
+RESPONSES_TARGETS = (
+    Target("responses", "gateway → llama.cpp, /v1/responses, non-stream", "gateway", HARMONY_MODEL,
+           False, "llamacpp", "direct_llamacpp", "responses"),
+    Target("responses_stream", "gateway → llama.cpp, /v1/responses, stream", "gateway", HARMONY_MODEL,
+           True, "llamacpp", "direct_llamacpp", "responses"),
+)
+ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS, *RESPONSES_TARGETS)}
 # gateway target -> the LiteLLM target sent the same request (compared side by side)
 LITELLM_PAIRS = (("passthrough", "litellm"), ("passthrough_stream", "litellm_stream"))
 
 
-def select_targets(stream_passthrough: bool, litellm: bool) -> tuple[Target, ...]:
+def select_targets(stream_passthrough: bool, litellm: bool, responses: bool = False) -> tuple[Target, ...]:
     """The measured targets: the default five, plus the streaming passthrough pair (implied by
-    ``litellm``), plus the LiteLLM targets."""
+    ``litellm``), plus the LiteLLM targets, plus the /v1/responses pair."""
     return (*TARGETS, *(STREAM_TARGETS if stream_passthrough or litellm else ()),
-            *(LITELLM_TARGETS if litellm else ()))
+            *(LITELLM_TARGETS if litellm else ()), *(RESPONSES_TARGETS if responses else ()))
 
 
 @dataclass

@@ -62,7 +62,7 @@ from app.core import conversation as m
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.content import text_only
-from app.formats.harmony.text import check_runs, encode_text, has_long_run
+from app.formats.harmony.text import check_runs, encode_text
 from app.formats.harmony.vocab import END, MESSAGE, START, harmony_encoding
 
 _EFFORT = {"low": HarmonyEffort.LOW, "medium": HarmonyEffort.MEDIUM, "high": HarmonyEffort.HIGH}
@@ -255,12 +255,30 @@ def _message_ids(enc: HarmonyEncoding, message: Message) -> list[int]:
             and message.recipient is None and message.content_type is None
             and len(content) == 1 and isinstance(content[0], TextContent)):
         return [*_header_ids(enc, role, message.channel), *encode_text(enc, content[0].text), END]
-    if len(content) == 1 and isinstance(content[0], TextContent) and has_long_run(content[0].text):
-        # openai-harmony would encode a long run in one superlinear call (harmony/text.py):
-        # its header and end around the text encoded in pieces.
-        frame = list(enc.render(message.model_copy(update={"content": [TextContent(text="")]})))
+    if len(content) == 1 and isinstance(content[0], TextContent):
+        # Any other text message (a tool call, a tool's output: an agent's history is mostly
+        # these, and the agentic loop re-renders them every step): its cached frame (header
+        # and end, openai-harmony's render of the message with empty text) around the text
+        # encoded as ordinary text, which also keeps a long run out of openai-harmony's
+        # superlinear encoder (harmony/text.py).
+        frame = _frame_ids(enc, role, message.author.name, message.recipient, message.channel,
+                           message.content_type)
         return [*frame[:-1], *encode_text(enc, content[0].text), frame[-1]]
     return list(enc.render(message))
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_ids(enc: HarmonyEncoding, role: Role, name: str | None, recipient: str | None,
+               channel: str | None, content_type: str | None) -> tuple[int, ...]:
+    """A text message with empty text as openai-harmony renders it: header, ``<|message|>``, end."""
+    empty = Message.from_author_and_content(Author(role=role, name=name), "")
+    if channel is not None:
+        empty = empty.with_channel(channel)
+    if recipient is not None:
+        empty = empty.with_recipient(recipient)
+    if content_type is not None:
+        empty = empty.with_content_type(content_type)
+    return tuple(enc.render(empty))
 
 
 @functools.cache

@@ -40,7 +40,8 @@ def requests(draw: st.DrawFn) -> tuple[Conversation, GenerationParams, r.Harmony
     for i in range(draw(st.integers(1, 3))):
         messages.append(Msg("user", (TextPart(draw(text)),)))
         if draw(st.booleans()):
-            call = ToolCall(f"call_{i}", "get_weather", '{"city":"Paris"}')
+            call = ToolCall(f"call_{i}", draw(st.sampled_from(["get_weather", "get_time"])),
+                            draw(st.just('{"city":"Paris"}') | text))
             reasoning = draw(st.none() | text)
             messages.append(Msg("assistant", (TextPart(draw(st.just("") | text)),), tool_calls=(call,),
                                 reasoning=reasoning))
