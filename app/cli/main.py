@@ -3,7 +3,8 @@
 ``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``transcript validate|to-json
 FILE`` checks / converts OpenChatML transcripts; ``template analyze FILE.jinja`` prints what
 the chat-template auto-parser finds in a template; ``conformance --base-url URL --model M``
-runs the Open Responses / Chat Completions conformance tests against any server.
+runs the Open Responses / Chat Completions conformance tests against any server; ``sandbox``
+runs the code interpreter's executor (:mod:`app.sandbox.server`).
 """
 
 from __future__ import annotations
@@ -105,11 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     conformance = sub.add_parser("conformance", add_help=False,
                                  help="run the Open Responses / Chat Completions conformance tests")
     conformance.add_argument("rest", nargs=argparse.REMAINDER)
+    sandbox = sub.add_parser("sandbox", add_help=False,
+                             help="run the code interpreter's sandbox service (bubblewrap)")
+    sandbox.add_argument("rest", nargs=argparse.REMAINDER)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["conformance"]:  # its options start with "--", which REMAINDER would refuse
         from app.cli.conformance import main as run_conformance
 
         return run_conformance(argv[1:])
+    if argv[:1] == ["sandbox"]:
+        from app.sandbox.server import main as run_sandbox
+
+        return run_sandbox(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.sandbox.isolate import Limits, command
+from app.sandbox.isolate import WORKER, Limits, command
 
 log = logging.getLogger("ocm_sandbox")
 _MAX_FRAME = 1 << 22
@@ -89,6 +89,14 @@ class Containers:
         self._as_root = os.geteuid() == 0
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o711)
+        if self._as_root:  # the containers' uids must reach their directories
+            for parent in root.resolve().parents:
+                if not os.stat(parent).st_mode & 0o001:
+                    raise PermissionError(f"{parent} is not searchable by other users: the sandbox's "
+                                          f"root {root} must be (chmod o+x, or choose another --root)")
+        self.worker = root / ".worker.py"  # a copy every container uid can read
+        shutil.copyfile(WORKER, self.worker)
+        os.chmod(self.worker, 0o644)
 
     def _uid(self) -> int | None:
         if not self._as_root:
@@ -115,7 +123,7 @@ class Containers:
         read, write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *command(self.bwrap, self.python, c.path, self.limits, write),
+                *command(self.bwrap, self.python, c.path, self.limits, write, self.worker),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL, pass_fds=(write,), close_fds=True,
                 user=c.uid, group=c.uid, extra_groups=[] if c.uid is not None else None,

@@ -7,8 +7,9 @@ run as the container's own uid when the service runs as root:
   (``--unshare-all``: the network namespace has only a loopback interface, so no address
   outside is reachable); the environment cleared; a filesystem of its own made of read-only
   binds of ``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links) and the interpreter's
-  prefix, a fresh ``/proc``, ``/dev`` and ``/tmp`` (tmpfs), and the container's working
-  directory at ``/work``, its only writable place on disk.  Nothing else of the host
+  prefix, a fresh ``/proc``, ``/dev`` and ``/tmp`` (a tmpfs of ``disk_mb``), and the
+  container's working directory at ``/work``, its only writable place on disk; the root
+  itself is remounted read-only.  Nothing else of the host
   (``/etc``, ``/root``, the gateway's config, other containers) is visible.
   ``--die-with-parent`` and the PID namespace: killing bwrap kills every process inside.
 * **rlimits** (``prlimit``): CPU seconds over the interpreter's life, address space, processes
@@ -65,7 +66,8 @@ def _system_binds() -> list[str]:
     return args
 
 
-def command(bwrap: str, python: str, workdir: Path, limits: Limits, reply_fd: int) -> list[str]:
+def command(bwrap: str, python: str, workdir: Path, limits: Limits, reply_fd: int,
+            worker: Path = WORKER) -> list[str]:
     """The argv that starts a container's interpreter (see the module docstring)."""
     prefix = Path(python).resolve().parent.parent
     binds = [] if str(prefix).startswith("/usr") else ["--ro-bind", str(prefix), str(prefix)]
@@ -78,8 +80,8 @@ def command(bwrap: str, python: str, workdir: Path, limits: Limits, reply_fd: in
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--hostname", "sandbox",
         *_system_binds(), *binds,
-        "--ro-bind", str(WORKER), "/opt/ocm/worker.py",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", str(workdir), "/work", "--chdir", "/work",
+        "--ro-bind", str(worker), "/opt/ocm/worker.py",
+        "--proc", "/proc", "--dev", "/dev", "--size", str(limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp",
+        "--bind", str(workdir), "/work", "--chdir", "/work", "--remount-ro", "/",
         "--", python, "-I", "/opt/ocm/worker.py", str(reply_fd),
     ]

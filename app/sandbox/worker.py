@@ -11,12 +11,13 @@ At start the worker moves its protocol channel to a private fd and points fds 1 
 /dev/null, so what a cell writes straight to a file descriptor (``os.write(1, ...)``, a child
 process) cannot corrupt the protocol; ``print`` and tracebacks are captured per cell, cut at
 ``max_output`` characters (the rest is counted, not kept).  The value of a final expression is
-shown the way an interactive interpreter shows it.
+shown the way an interactive interpreter shows it.  Processes a cell starts end with its run.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import json
 import os
@@ -69,14 +70,31 @@ def _run(code: str, namespace: dict[str, Any], out: _Capped) -> str | None:
     except BaseException as exc:  # the cell's failure is its output
         if isinstance(exc, SystemExit | KeyboardInterrupt):
             return f"{type(exc).__name__}: {exc}"
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        text = "".join(line for line in lines if 'File "' not in line or "<cell>" in line)
-        print(text.rstrip(), file=out)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<cell>"]
+        head = ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+                if frames else "")
+        print((head + "".join(traceback.format_exception_only(type(exc), exc))).rstrip(), file=out)
         return f"{type(exc).__name__}: {exc}"
+
+
+def _reap_others(me: int) -> None:
+    """Processes a run started do not outlive it: every process of the container's PID
+    namespace but its init (1), the worker and the worker's parent is killed."""
+    keep = {1, me, os.getppid()}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in keep:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), 9)
+    for _ in range(4096):  # every child was killed: each wait returns at once
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def main() -> None:
     reply_fd = int(sys.argv[1])
+    me = os.getpid()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -92,7 +110,10 @@ def main() -> None:
         try:
             error = _run(str(request["code"]), namespace, out)
         finally:
+            if os.getpid() != me:  # a process the cell forked came back here: it ends now
+                os._exit(0)
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        _reap_others(me)
         reply = json.dumps({"output": out.text(), "truncated": out.dropped, "error": error}).encode()
         os.write(reply_fd, struct.pack(">I", len(reply)) + reply)
 
