@@ -202,6 +202,15 @@ class WebSearchSettings(_Strict):
     index: str | None = None  # where the built index lives (default: the system's temp directory)
 
 
+class CodeInterpreterSettings(_Strict):
+    """``code_interpreter`` (:mod:`app.tools.code`): the sandbox service (``ocm-gateway sandbox``).
+    Unset ``url``: the tool is not run (see the README)."""
+
+    url: str | None = None  # e.g. http://sandbox:8090 (compose service)
+    token: str | None = None  # the sandbox's --token
+    timeout: float = Field(default=120.0, gt=0)  # one run, end to end (the sandbox stops it earlier)
+
+
 class ToolSettings(_Strict):
     """The agentic loop of /v1/responses (hosted tools) and its bounds."""
 
@@ -213,6 +222,7 @@ class ToolSettings(_Strict):
     max_output_chars: int = Field(default=32_768, ge=256)  # a tool's output as the model sees it
     mcp: McpSettings = McpSettings()
     web_search: WebSearchSettings = WebSearchSettings()
+    code_interpreter: CodeInterpreterSettings = CodeInterpreterSettings()
 
 
 class AuthSettings(_Strict):

@@ -35,6 +35,7 @@ from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
+from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex
 
 
@@ -66,7 +67,10 @@ def create_app(config: GatewayConfig | None = None,
         web = cfg.tools.web_search
         search = (await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
                   if web.documents else None)
-        app.state.responses = ResponsesService(engine, store, conversations, search)
+        code = cfg.tools.code_interpreter
+        sandbox = (Sandbox(code.url.rstrip("/"), httpx.AsyncClient(
+            timeout=httpx.Timeout(code.timeout, connect=10.0)), code.token) if code.url else None)
+        app.state.responses = ResponsesService(engine, store, conversations, search, sandbox)
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
@@ -78,6 +82,8 @@ def create_app(config: GatewayConfig | None = None,
             await conversations.close()
             if search is not None:
                 search.close()
+            if sandbox is not None:
+                await sandbox.client.aclose()
             await client.aclose()
 
     app = FastAPI(title="ocm-gateway", lifespan=lifespan, redoc_url=None,

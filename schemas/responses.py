@@ -203,6 +203,21 @@ class WebSearchCallItem(_Wire):
     status: str | None = None
 
 
+class CodeInterpreterOutput(_Wire):
+    type: Literal["logs", "image"]
+    logs: str | None = Field(default=None, max_length=1 << 20)
+    url: str | None = Field(default=None, max_length=1 << 20)
+
+
+class CodeInterpreterCallItem(_Wire):
+    type: Literal["code_interpreter_call"]
+    id: str = Field(min_length=1, max_length=128)
+    code: str | None = Field(default=None, max_length=1 << 20)
+    container_id: str | None = None
+    outputs: list[CodeInterpreterOutput] | None = Field(default=None, max_length=256)
+    status: str | None = None
+
+
 class ItemReference(_Wire):
     type: Literal["item_reference"]
     id: str
@@ -232,6 +247,7 @@ InputItem = Annotated[
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
     | Annotated[WebSearchCallItem, Tag("web_search_call")]
+    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]

@@ -144,7 +144,8 @@ async def _run_calls(toolbox: Toolbox, calls: Sequence[ToolCall], state: LoopSta
 
 
 def _tool_messages(results: Sequence[tuple[ToolCall, ToolOutcome]]) -> tuple[Message, ...]:
-    return tuple(Message("tool", (TextPart(outcome.output or f"Error: {outcome.error}"),),
+    return tuple(Message("tool", (TextPart(outcome.output if outcome.error is None
+                                           else outcome.output or f"Error: {outcome.error}"),),
                          tool_call_id=call.id) for call, outcome in results)
 
 

@@ -78,6 +78,7 @@ class Container:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     worker: _Worker | None = None
     used: float = field(default_factory=time.monotonic)
+    lost: bool = False  # its interpreter was killed outside a run's result (the caller left)
 
 
 class Containers:
@@ -143,9 +144,9 @@ class Containers:
         c = self._container(cid)
         async with c.lock:
             c.used = time.monotonic()
-            restarted = False
+            restarted, c.lost = c.lost, False
             if c.worker is None or c.worker.proc.returncode is not None:
-                restarted = c.worker is not None
+                restarted = restarted or c.worker is not None
                 c.worker = await self._start(c)
             worker = c.worker
             wall = min(wall_seconds or self.limits.wall_seconds, self.limits.wall_seconds)
@@ -165,7 +166,7 @@ class Containers:
                 problem = "The interpreter ended (a resource limit, or the code exited it)"
             except BaseException:  # cancelled (the client left): the run must not go on
                 await worker.kill()
-                c.worker = None
+                c.worker, c.lost = None, True
                 raise
             if problem is not None:
                 await worker.kill()
@@ -206,6 +207,8 @@ class Containers:
         c = self._containers.pop(cid, None)
         if c is None:
             return False
+        if c.worker is not None:  # a run in flight ends now (its reply pipe closes)
+            await c.worker.kill()
         async with c.lock:
             await self._wipe(c)
             await asyncio.to_thread(shutil.rmtree, c.path, True)

@@ -5,7 +5,7 @@ The gateway (``[tools.code_interpreter] url``) calls it; nothing else should.  E
 * ``POST /v1/containers/{id}/run`` ``{"code": str, "timeout": float?}`` → ``{"output",
   "error", "truncated", "restarted", "files"}`` (:class:`~app.sandbox.containers.RunResult`);
   the container is created by its first run; 503 when ``max_containers`` exist.
-* ``DELETE /v1/containers/{id}`` → 204 (404 when there is none).
+* ``DELETE /v1/containers/{id}`` → 204 (404 when there is none); a run in flight is stopped.
 * ``GET /health``.
 
 With ``--token`` (or ``OCM_SANDBOX_TOKEN``) every call but ``/health`` needs ``Authorization:
@@ -44,6 +44,12 @@ def _error(status: int, message: str, code: str) -> JSONResponse:
                                    "code": code}}, status_code=status)
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: the next message is that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def create_app(containers: Containers, token: str | None = None) -> Starlette:
     def authorized(request: Request) -> bool:
         if not token:
@@ -68,8 +74,20 @@ def create_app(containers: Containers, token: str | None = None) -> Starlette:
             return _error(400, 'The body must be {"code": "..."}.', "invalid_request")
         timeout = payload.get("timeout")
         wall = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+        wall = wall if wall and wall > 0 else None
+        task = asyncio.ensure_future(containers.run(cid, payload["code"], wall))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            result = await containers.run(cid, payload["code"], wall if wall and wall > 0 else None)
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not task.done():  # the caller left (its response was cancelled): stop the run
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return Response(status_code=499)
+        try:
+            result = task.result()
         except Full as exc:
             return _error(503, f"The sandbox is full ({exc}); try again later.", "sandbox_full")
         return JSONResponse(result.as_json())

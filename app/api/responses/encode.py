@@ -30,6 +30,9 @@ construction the fold of the events.  Item mapping:
   when it has run (``.completed``); its ``action`` is the tool's own account, its sources only
   with ``include``.  An answer naming a URL the search showed gets ``url_citation``
   annotations (``response.output_text.annotation.added``).
+* code interpreter (:mod:`app.tools.code`): a ``python`` call → ``code_interpreter_call``
+  (``.in_progress``, ``response.code_interpreter_call_code.delta`` / ``.done`` with the whole
+  code, ``.interpreting``, then ``.completed`` with its ``logs`` output).
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
 from 0 without gaps.
@@ -92,7 +95,7 @@ class ResponsesEncoder:
                  seal: Callable[[str], str] | None = None,
                  tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
                  list_items: Sequence[Json] = (), shown: Mapping[str, str] | None = None,
-                 sources: bool = False) -> None:
+                 sources: bool = False, container_id: str = "") -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
@@ -101,7 +104,8 @@ class ResponsesEncoder:
         ``summary``: the request's ``reasoning.summary``; ``list_items``: ``mcp_list_tools``
         items to emit first; ``shown``: the URLs web search showed the model (an answer that
         names one gets a ``url_citation``); ``sources``: ``web_search_call`` actions keep
-        their sources (``include: ["web_search_call.action.sources"]``)."""
+        their sources (``include: ["web_search_call.action.sources"]``); ``container_id``: the
+        code interpreter's container of this response."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
@@ -109,7 +113,7 @@ class ResponsesEncoder:
         self._summary = summary
         self._seq = 0
         self._open: _Open | None = None
-        self._hosted = HostedItems(self._event, resource["output"], list_items, sources)
+        self._hosted = HostedItems(self._event, resource["output"], list_items, sources, container_id)
         self._shown = shown
         self.terminal = False
 
@@ -204,9 +208,12 @@ class ResponsesEncoder:
             return []
         item, idx, text = cur.item, cur.index, "".join(cur.text)
         events: list[Json] = []
-        if cur.kind == "web_search":
-            completed = status == "completed"
-            return self._hosted.web_added(item["call_id"], item["name"], text) if completed else []
+        if cur.kind in ("web_search", "code_interpreter"):
+            if status != "completed":
+                return []
+            if cur.kind == "code_interpreter":
+                return self._hosted.code_added(item["call_id"], text)
+            return self._hosted.web_added(item["call_id"], item["name"], text)
         if cur.kind == "tool":
             item["arguments"] = text
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
@@ -274,7 +281,7 @@ class ResponsesEncoder:
         cur = self._open
         assert cur is not None
         cur.text.append(text)
-        if cur.kind in ("custom", "mcp_approval", "web_search"):  # no deltas on the wire
+        if cur.kind in ("custom", "mcp_approval", "web_search", "code_interpreter"):  # no deltas on the wire
             return []
         item_id, idx = cur.item["id"], cur.index
         if cur.kind == "tool":
@@ -313,7 +320,7 @@ class ResponsesEncoder:
         if isinstance(event, ev.ToolCallStarted):
             tool = self._tools.get(event.name)
             kind = "tool" if tool is None or tool.kind == "function" else tool.kind
-            if kind == "web_search":  # announced once its arguments say what it does
+            if kind in ("web_search", "code_interpreter"):  # announced once its arguments are whole
                 events = self._close("completed")
                 self._open = _Open(kind, -1, {"call_id": event.call_id, "name": event.name})
                 return events

@@ -4,6 +4,8 @@
 :class:`~app.tools.web.WebSearchToolbox`: ``search_context_size`` sets the results per
 search (3 / 5 / 8), ``filters.allowed_domains`` the domains searched and opened;
 ``user_location`` is accepted and not used (the offline index has no locality).
+``{"type": "code_interpreter", "container": {"type": "auto"}}`` (when the operator configured
+the sandbox) becomes a :class:`~app.tools.code.CodeToolbox` with a fresh container.
 
 ``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
 the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
@@ -31,6 +33,7 @@ from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.tools import egress, web
 from app.tools.base import Toolbox, Toolboxes
+from app.tools.code import CodeToolbox, Sandbox
 from app.tools.mcp import ListedTool, McpServer, McpSession, McpToolbox, model_name
 from app.tools.search import SearchProvider
 from app.tools.web import WebSearchToolbox
@@ -49,6 +52,7 @@ class Hosted:
     list_items: list[Json] = field(default_factory=list)
     approved: tuple[tuple[ToolCall, str], ...] = ()
     browser: WebSearchToolbox | None = None
+    container_id: str = ""  # the code interpreter's container, when it is offered
 
     def forced(self, choice: Any) -> tuple[str, ...]:
         """The model-facing names a hosted ``tool_choice`` forces."""
@@ -58,7 +62,8 @@ class Hosted:
             name = getattr(choice, "name", None)
             return tuple(n for n, t in self.wire.items() if t.kind in ("mcp", "mcp_approval")
                          and t.namespace == label and (name is None or t.name == name))
-        return tuple(n for n, t in self.wire.items() if t.kind == "web_search")
+        wanted = "code_interpreter" if kind == "code_interpreter" else "web_search"
+        return tuple(n for n, t in self.wire.items() if t.kind == wanted)
 
 
 def _web(param: Json, search: SearchProvider, settings: ToolSettings) -> WebSearchToolbox:
@@ -140,24 +145,43 @@ def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolC
     return tuple(out)
 
 
-async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
-                      search: SearchProvider | None = None) -> Hosted | None:
-    """The request's hosted tools: MCP servers connected and listed, web search; None when it
-    has none."""
+def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider | None,
+           sandbox: Sandbox | None) -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
+    """The hosted tools that need no connection: web search and the code interpreter (and a
+    :class:`Hosted` holding what the encoder needs of them)."""
+    boxes: list[Toolbox] = []
+    seen = Hosted(Toolboxes([]))
+    wires: dict[str, WireTool] = {}
     searching = _web(tools.web_search, search, settings) if tools.web_search and search else None
-    if searching is not None and any(f.name in tools.wire for f in searching.functions):
-        raise InvalidRequest("A function of this request has the name of a web_search function "
-                             f"({', '.join(f.name for f in searching.functions)}).", param="tools")
+    if searching is not None:
+        seen.browser = searching
+        boxes.append(searching)
+        wires.update({f.name: WireTool("web_search", f.name, web.NAMESPACE) for f in searching.functions})
+    if tools.code_interpreter is not None and sandbox is not None:
+        box = CodeToolbox(sandbox, random_id("cntr_"), settings.max_output_chars)
+        seen.container_id = box.container_id
+        boxes.append(box)
+        wires.update({f.name: WireTool("code_interpreter", f.name) for f in box.functions})
+    taken = sorted(name for name in wires if name in tools.wire)
+    if taken:
+        raise InvalidRequest(f"A function of this request has the name of a hosted tool's function "
+                             f"({', '.join(taken)}).", param="tools")
+    return boxes, wires, seen
+
+
+async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
+                      search: SearchProvider | None = None, sandbox: Sandbox | None = None,
+                      ) -> Hosted | None:
+    """The request's hosted tools: MCP servers connected and listed, web search, the code
+    interpreter; None when it has none."""
+    boxes, wires, seen = _local(tools, settings, search, sandbox)
     if not tools.mcp:
         if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
             raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "
                                  "mcp tools to run it.", param="tools")
-        if searching is None:
+        if not boxes:
             return None
-        hosted = Hosted(searching, browser=searching)
-        hosted.wire.update({f.name: WireTool("web_search", f.name, web.NAMESPACE)
-                            for f in searching.functions})
-        return hosted
+        return Hosted(Toolboxes(boxes), dict(wires), browser=seen.browser, container_id=seen.container_id)
     servers: list[McpServer] = []
     positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
     for t, at in zip(tools.mcp, positions, strict=True):
@@ -180,12 +204,9 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
     listed: dict[str, list[ListedTool]] = {
         s.server.label: r for s, r in zip(sessions, results, strict=True) if not isinstance(r, BaseException)}
     mcp = McpToolbox(sessions, listed, settings.call_timeout)
-    toolbox = Toolboxes([mcp, searching] if searching is not None else [mcp])
+    toolbox = Toolboxes([mcp, *boxes])
     try:
-        hosted = Hosted(toolbox, browser=searching)
-        if searching is not None:
-            hosted.wire.update({f.name: WireTool("web_search", f.name, web.NAMESPACE)
-                                for f in searching.functions})
+        hosted = Hosted(toolbox, dict(wires), browser=seen.browser, container_id=seen.container_id)
         for fn in mcp.functions:
             if fn.name in tools.wire or fn.name in hosted.wire:
                 raise InvalidRequest(f"The MCP tool {fn.name!r} has the name of another tool of this "

@@ -7,6 +7,8 @@ tools the gateway runs, which stay open while the tool runs.
 * a ``web_search_call`` is added only once the model's arguments are complete (its
   ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
   ``.completed`` with the action the tool reports (its sources only with ``include``);
+* a ``code_interpreter_call`` likewise: its whole code (``..._code.delta`` / ``.done``), then
+  ``.interpreting`` while it runs, ``.completed`` with its ``logs``;
 * whatever is still waiting when the response ends is closed ``incomplete``.
 """
 
@@ -17,19 +19,20 @@ from typing import Any
 
 from app.core import events as ev
 from app.core.ids import random_id
-from app.tools import web
+from app.tools import code, web
 
 Json = dict[str, Any]
 
 
 class HostedItems:
     def __init__(self, emit: Callable[..., Json], output: list[Json], list_items: Sequence[Json],
-                 sources: bool) -> None:
+                 sources: bool, container_id: str = "") -> None:
         """``emit(type, **fields)`` numbers an event; ``output`` is the response's output list."""
         self._emit = emit
         self._output = output
         self._list_items = list_items
         self._sources = sources
+        self.container_id = container_id  # the response's code interpreter container
         self._pending: dict[str, tuple[int, Json]] = {}  # call id → (output index, item)
 
     def listings(self) -> list[Json]:
@@ -64,13 +67,36 @@ class HostedItems:
                 self._emit("response.web_search_call.in_progress", item_id=item["id"], output_index=index),
                 self._emit("response.web_search_call.searching", item_id=item["id"], output_index=index)]
 
+    def code_added(self, call_id: str, arguments: str) -> list[Json]:
+        source = code.code_of(arguments)
+        item: Json = {"id": random_id("ci_"), "type": "code_interpreter_call", "status": "in_progress",
+                      "code": "", "container_id": self.container_id, "outputs": None}
+        index = len(self._output)
+        self._output.append(item)
+        self._pending[call_id] = (index, item)
+        at = {"item_id": item["id"], "output_index": index}
+        events = [self._emit("response.output_item.added", output_index=index, item=dict(item)),
+                  self._emit("response.code_interpreter_call.in_progress", **at),
+                  self._emit("response.code_interpreter_call_code.delta", **at, delta=source),
+                  self._emit("response.code_interpreter_call_code.done", **at, code=source)]
+        item["code"] = source
+        item["status"] = "interpreting"
+        return [*events, self._emit("response.code_interpreter_call.interpreting", **at)]
+
     def done(self, event: ev.HostedCallDone) -> list[Json]:
         found = self._pending.pop(event.call_id, None)
         if found is None:
             return []
         index, item = found
         failed = event.error is not None
-        if item["type"] == "web_search_call":
+        if item["type"] == "code_interpreter_call":
+            detail = event.detail or {}
+            item["container_id"] = detail.get("container_id", item["container_id"])
+            item["outputs"] = list(detail.get("outputs") or [])
+            item["status"] = "failed" if failed else "completed"
+            events = [self._emit("response.code_interpreter_call.completed", item_id=item["id"],
+                                 output_index=index)]
+        elif item["type"] == "web_search_call":
             action = dict((event.detail or {}).get("action") or item["action"])
             if not self._sources:
                 action.pop("sources", None)

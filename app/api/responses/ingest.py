@@ -36,7 +36,7 @@ from app.core.conversation import (
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.core.media import check_image_url
-from app.tools import web
+from app.tools import code, web
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
@@ -199,6 +199,12 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             asst.calls.append(ToolCall(item.id, name, arguments))
             asst.flush(out)
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
+        elif isinstance(item, wire.CodeInterpreterCallItem):
+            asst.calls.append(ToolCall(item.id, code.NAME, json.dumps({"code": item.code or ""},
+                                                                      ensure_ascii=False)))
+            asst.flush(out)
+            logs = "".join(o.logs or "" for o in item.outputs or [] if o.type == "logs")
+            out.append(Message("tool", (TextPart(logs),), tool_call_id=item.id, source=at))
         elif isinstance(item, wire.McpListToolsItem | wire.McpApprovalResponseItem):
             continue  # listings feed the tools, approvals the next run; neither is prompt text
         elif isinstance(item, wire.UserMessage):
@@ -224,9 +230,9 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
 
 
-def tools_of(body: wire.CreateResponseBody, web: bool = False) -> RequestTools:
-    """The request's tools (:mod:`app.api.responses.tools`); ``web``: a search provider exists."""
-    return request_tools(body.tools, web)
+def tools_of(body: wire.CreateResponseBody, runs: frozenset[str] = frozenset()) -> RequestTools:
+    """The request's tools (:mod:`app.api.responses.tools`); ``runs``: the hosted tools run here."""
+    return request_tools(body.tools, runs)
 
 
 def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
@@ -239,8 +245,8 @@ def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, An
     return Conversation(messages, tools_of(body).tools, _response_format(body))
 
 
-def generation_params(body: wire.CreateResponseBody, web: bool = False) -> GenerationParams:
-    tools = tools_of(body, web)
+def generation_params(body: wire.CreateResponseBody, runs: frozenset[str] = frozenset()) -> GenerationParams:
+    tools = tools_of(body, runs)
     top = body.top_logprobs or 0
     return GenerationParams(
         max_tokens=body.max_output_tokens,

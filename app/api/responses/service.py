@@ -35,7 +35,8 @@ from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
-from app.tools import web
+from app.tools import code, web
+from app.tools.code import Sandbox
 from app.tools.search import SearchProvider
 from schemas.responses import (
     CompactBody,
@@ -145,9 +146,12 @@ class ResponsesService:
 
     def __init__(self, engine: Engine, store: ResponseStore,
                  conversations: ConversationStore | None = None,
-                 search: SearchProvider | None = None) -> None:
+                 search: SearchProvider | None = None, sandbox: Sandbox | None = None) -> None:
         self.engine = engine
         self.search = search  # the web_search provider ([tools.web_search]); None: not run
+        self.sandbox = sandbox  # the code interpreter's service ([tools.code_interpreter]); None: not run
+        self.runs = frozenset(name for name, there in (("web_search", search), ("code_interpreter", sandbox))
+                              if there is not None)
         self.registry = engine.registry
         self.store = store
         settings = self.registry.config.responses
@@ -245,11 +249,10 @@ class ResponsesService:
         seal = ((lambda text: seal_reasoning(self.sealer, tenant, text))
                 if INCLUDE in (body.include or []) else None)
 
-        searching = self.search is not None
-        request_tools = tools_of(body, searching)
-        params = generation_params(body, searching)  # a bad tool_choice: refused before any server call
+        request_tools = tools_of(body, self.runs)
+        params = generation_params(body, self.runs)  # a bad tool_choice: refused before any server call
         settings = self.registry.config.tools
-        hosted = await open_hosted(request_tools, settings, context, self.search)  # MCP: connected, listed
+        hosted = await open_hosted(request_tools, settings, context, self.search, self.sandbox)
         wire_tools = dict(request_tools.wire)
         if hosted is not None:
             wire_tools.update(hosted.wire)
@@ -270,7 +273,8 @@ class ResponsesService:
             summary = body.reasoning.summary if body.reasoning else None
             return ResponsesEncoder(resource, dialect, seal, wire_tools, summary,
                                     hosted.list_items if hosted is not None else (),
-                                    browser.shown if browser is not None else None, sources)
+                                    browser.shown if browser is not None else None, sources,
+                                    hosted.container_id if hosted is not None else "")
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None
@@ -300,10 +304,11 @@ class ResponsesService:
         create = CreateResponseBody.model_construct(**{**dict(body), "model": model})
         resolved = await self._context(create, who)
         conv = build_conversation(create, resolved.items, labels=resolved.labels)
-        searching = self.search is not None
-        if searching and tools_of(create, searching).web_search is not None:  # the browser's functions too
-            conv = replace(conv, tools=(*conv.tools, *web.FUNCTIONS))
-        return await count_tokens(self.registry, model, conv, generation_params(create, searching),
+        offered = tools_of(create, self.runs)  # the hosted tools' functions count too (not MCP's)
+        hosted = (*(web.FUNCTIONS if offered.web_search else ()),
+                  *(code.FUNCTIONS if offered.code_interpreter else ()))
+        conv = replace(conv, tools=(*conv.tools, *hosted))
+        return await count_tokens(self.registry, model, conv, generation_params(create, self.runs),
                                   truncate=body.truncation == "auto")
 
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:

@@ -15,7 +15,9 @@
 * ``web_search`` / ``web_search_preview`` when the operator configured a search provider
   (``[tools.web_search]``): run by the gateway (:mod:`app.tools.web`), shown to the model as
   the ``browser`` namespace; without a provider it follows the policy below.
-* other hosted tools (``web_search`` without a provider, ``code_interpreter``, ``file_search``,
+* ``code_interpreter`` when the operator configured the sandbox (``[tools.code_interpreter]``):
+  run by the gateway (:mod:`app.tools.code`), shown as a ``python`` function.
+* other hosted tools (``web_search`` / ``code_interpreter`` without their service, ``file_search``,
   ``image_generation``, ``computer_use_preview``, ``local_shell``, ``shell``, ``apply_patch``,
   ``tool_search``): this gateway runs none of them yet.  Policy: the tool is accepted, echoed
   in the response's ``tools``, **not shown to the model**, and reported in the response as
@@ -51,8 +53,8 @@ class WireTool:
     """How a call of one model-facing tool looks on the wire."""
 
     # mcp / mcp_approval: a hosted MCP tool (namespace: its server), run / awaiting approval;
-    # web_search: one of the browser functions of app/tools/web.py
-    kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search"]
+    # web_search: one of the browser functions of app/tools/web.py; code_interpreter: python
+    kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search", "code_interpreter"]
     name: str
     namespace: str | None = None
 
@@ -96,6 +98,7 @@ class RequestTools:
     echo: tuple[Json, ...]
     mcp: tuple[McpToolParam, ...] = ()  # run by the gateway (app/api/responses/hosted.py)
     web_search: Json | None = None  # the request's web_search tool, when the gateway runs it
+    code_interpreter: Json | None = None  # likewise its code_interpreter tool
 
     def name_of(self, name: str, namespace: str | None, kind: str = "function") -> str | None:
         """The model-facing name of a tool the request offers, or None."""
@@ -125,14 +128,16 @@ WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
                     "web_search_preview_2025_03_11")
 
 
-def request_tools(tools: Sequence[Any] | None, web: bool = False) -> RequestTools:
-    """``web``: whether this gateway runs ``web_search`` (a provider is configured)."""
+def request_tools(tools: Sequence[Any] | None, runs: frozenset[str] = frozenset()) -> RequestTools:
+    """``runs``: the hosted tools this gateway runs (``web_search`` with a search provider,
+    ``code_interpreter`` with a sandbox)."""
     out: list[FunctionTool] = []
     table: dict[str, WireTool] = {}
     not_run: list[str] = []
     echo: list[Json] = []
     mcp: list[wire.McpToolParam] = []
     web_search: Json | None = None
+    code: Json | None = None
 
     def add(tool: FunctionTool, kind: Literal["function", "custom"], name: str, namespace: str | None,
             where: str) -> None:
@@ -167,16 +172,26 @@ def request_tools(tools: Sequence[Any] | None, web: bool = False) -> RequestTool
         elif isinstance(t, wire.McpToolParam):
             mcp.append(t)  # headers and authorization are secrets: never echoed
             echo.append(t.model_dump(exclude_none=True, exclude={"headers", "authorization"}))
-        elif web and t.type in WEB_SEARCH_TYPES:
+        elif "web_search" in runs and t.type in WEB_SEARCH_TYPES:
             if web_search is not None:
                 raise InvalidRequest("Offer web_search once.", param=f"{where}.type")
             web_search = t.model_dump(exclude_none=True)
             echo.append(web_search)
+        elif "code_interpreter" in runs and t.type == "code_interpreter":
+            if code is not None:
+                raise InvalidRequest("Offer code_interpreter once.", param=f"{where}.type")
+            code = t.model_dump(exclude_none=True)
+            container = code.get("container", {"type": "auto"})
+            if not isinstance(container, dict) or container.get("type") != "auto":
+                raise InvalidRequest("container must be {\"type\": \"auto\"}: each response gets a fresh "
+                                     "container of its own.", param=f"{where}.container",
+                                     code="unsupported_parameter")
+            echo.append(code)
         else:
             not_run.append(t.type)
             echo.append(t.model_dump(exclude_none=True))
     return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo), tuple(mcp),
-                        web_search)
+                        web_search, code)
 
 
 def runs_hosted(choice: Any, tools: RequestTools) -> bool:
@@ -184,6 +199,8 @@ def runs_hosted(choice: Any, tools: RequestTools) -> bool:
     kind = getattr(choice, "type", None)
     if kind in WEB_SEARCH_TYPES:
         return tools.web_search is not None
+    if kind == "code_interpreter":
+        return tools.code_interpreter is not None
     if kind == "mcp":
         label = getattr(choice, "server_label", None)
         return any(m.server_label == label for m in tools.mcp)

@@ -7,10 +7,8 @@ are quick; the defaults are larger (``app/sandbox/isolate.py``)."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import sys
-import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.process import Running, free_port, healthy_process
+from tests.support.process import Running
+from tests.support.sandbox import TOKEN, sandbox_service
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "s3cr3t-gateway-token"
@@ -28,22 +27,15 @@ SECRET = "s3cr3t-gateway-token"
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Path]]:
     tmp = tmp_path_factory.mktemp("sandbox")
     (tmp / "gateway.toml").write_text(f'[auth]\nkeys = [{{key = "{SECRET}"}}]\n')  # the gateway's config
-    root = Path(tempfile.mkdtemp(prefix="ocm-sandbox-test-"))  # pytest's tmp is 0700: uids could not enter
-    port = free_port()
     env = {**os.environ, "OCM_GATEWAY_SECRET": SECRET}
-    cmd = [sys.executable, "-m", "app.cli.main", "sandbox", "--port", str(port), "--root", str(root),
-           "--wall-seconds", "3", "--memory-mb", "128", "--processes", "16", "--output-chars", "1000",
-           "--disk-mb", "20", "--token", "tok"]
-    try:
-        with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=30, env=env) as running:
-            yield running, tmp
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with sandbox_service("--wall-seconds", "3", "--memory-mb", "128", "--processes", "16",
+                         "--output-chars", "1000", "--disk-mb", "20", env=env) as running:
+        yield running, tmp
 
 
 def run(sandbox: tuple[Running, Path], code: str, cid: str = "c1") -> dict[str, Any]:
     r = httpx.post(f"{sandbox[0].url}/v1/containers/{cid}/run", json={"code": code},
-                   headers={"authorization": "Bearer tok"}, timeout=30)
+                   headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
@@ -142,10 +134,20 @@ def test_disk_bomb(sandbox: tuple[Running, Path]) -> None:
 def test_bad_requests(sandbox: tuple[Running, Path]) -> None:
     url = sandbox[0].url
     assert httpx.post(f"{url}/v1/containers/c1/run", json={"code": "1"}).status_code == 401
-    auth = {"authorization": "Bearer tok"}
+    auth = {"authorization": f"Bearer {TOKEN}"}
     assert httpx.post(f"{url}/v1/containers/c1/run", json={"x": 1}, headers=auth).status_code == 400
     bad_id = httpx.post(f"{url}/v1/containers/..%2Fx/run", json={"code": "1"}, headers=auth)
     assert bad_id.status_code in (400, 404)
     assert httpx.delete(f"{url}/v1/containers/nope", headers=auth).status_code == 404
     run(sandbox, "1", cid="gone")
     assert httpx.delete(f"{url}/v1/containers/gone", headers=auth).status_code == 204
+
+
+def test_a_caller_that_leaves_stops_its_run(sandbox: tuple[Running, Path]) -> None:
+    code = "import time\ntime.sleep(2)\nopen('done', 'w').write('x')"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{sandbox[0].url}/v1/containers/leave/run", json={"code": code},
+                   headers={"authorization": f"Bearer {TOKEN}"}, timeout=0.5)
+    time.sleep(2.5)
+    out = run(sandbox, "import os; os.path.exists('done')", cid="leave")
+    assert out["output"] == "False\n" and out["restarted"]  # killed when the caller left
