@@ -14,6 +14,10 @@ RUN python -m venv /opt/venv \
     "from app.formats.harmony.vocab import harmony_encoding; harmony_encoding()"
 
 FROM python:3.11-slim
+# bubblewrap: the code interpreter's sandbox (`ocm-gateway sandbox`, compose service "sandbox")
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /var/lib/ocm-gateway --create-home ocm
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /opt/ocm-cache /opt/ocm-cache

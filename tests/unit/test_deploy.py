@@ -38,7 +38,8 @@ def test_dockerfile_copies_existing_paths_and_runs_as_non_root() -> None:
 def test_compose_references_exist_and_configs_load() -> None:
     compose = _compose()
     services = compose["services"]
-    assert {"gateway", "llamacpp", "vllm", "ollama", "prometheus"} <= set(services)
+    assert {"gateway", "llamacpp", "sandbox", "vllm", "ollama", "prometheus"} <= set(services)
+    assert "profiles" not in services["sandbox"] and "sandbox" in services["gateway"]["depends_on"]
     assert "profiles" not in services["gateway"] and "profiles" not in services["llamacpp"]
     assert services["vllm"]["profiles"] == ["gpu"] and services["prometheus"]["profiles"] == ["metrics"]
     for name, svc in services.items():
@@ -53,6 +54,8 @@ def test_compose_references_exist_and_configs_load() -> None:
     cfg = load_config(ROOT / "docker" / "gateway.toml", env={})
     hosts = {httpx.URL(u).host for m in cfg.models.values() for u in m.base_urls}
     assert hosts == {"llamacpp", "vllm", "ollama"}, "every backend service must be routed to"
+    assert cfg.tools.code_interpreter.url == "http://sandbox:8090"
+    assert "bubblewrap" in (ROOT / "Dockerfile").read_text()
     assert "name" not in compose, "a top-level name: breaks Compose v1"
     assert "not in this release" not in (ROOT / "compose.yaml").read_text()
     assert "8000:8000" in services["gateway"]["ports"] and cfg.port == 8000
