@@ -74,10 +74,15 @@ class FunctionTool:
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
     namespace: str | None = None
+    # "browser" / "python": a gateway-run tool that stands for gpt-oss's built-in tool of that
+    # name (Harmony shows the built-in in the system message; other formats a function)
+    builtin: str | None = None
 
     @property
     def recipient(self) -> str:
-        """The tool as a Harmony recipient: ``functions.NAME`` or ``NAMESPACE.NAME``."""
+        """The tool as a Harmony recipient: ``functions.NAME``, ``NAMESPACE.NAME``, ``python``."""
+        if self.builtin == "python":
+            return "python"
         if self.namespace and self.name.startswith(self.namespace + "__"):
             return f"{self.namespace}.{self.name[len(self.namespace) + 2:]}"
         return f"functions.{self.name}"

@@ -74,7 +74,8 @@ class HarmonyFormat:
 
     def parser(self, prompt: Prompt, prompt_tokens: int) -> EventParser:
         spaces = frozenset(t.namespace for t in prompt.tools if t.namespace)
-        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids, spaces)
+        builtins = frozenset(t.builtin for t in prompt.tools if t.builtin)
+        return HarmonyEventParser(prompt_tokens, prompt.prefill_ids, spaces, builtins)
 
     def answer_watch(self, prompt: Prompt) -> HarmonyAnswerWatch:
         """Where the final answer starts (a response format constrains only that part)."""

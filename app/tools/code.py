@@ -1,8 +1,9 @@
 """The ``code_interpreter`` hosted tool: Python in the project's sandbox service
 (:mod:`app.sandbox.server`, its own process; the gateway only calls it over HTTP).
 
-The model is shown one function, ``python(code)``: a stateful session (variables and files
-persist between the calls of one response, like gpt-oss's ``python`` tool), no network.  One
+The model is shown one function, ``python(code)`` (on Harmony, gpt-oss's built-in ``python``
+tool in the system message: the model sends the code itself, not JSON): a stateful session
+(variables and files persist between the calls of one response), no network.  One
 :class:`CodeToolbox` per response owns one sandbox container (``cntr_...``), deleted when the
 response ends, whatever ends it.  A call's outcome is what the code printed (cut by the
 sandbox), and its error when it raised, timed out or hit a limit; a sandbox that cannot be
@@ -28,7 +29,7 @@ FUNCTIONS = (FunctionTool(
     NAME, "Run Python code in a stateful sandbox (variables and files persist between calls; no "
           "network access). Returns what the code prints and the value of a final expression.",
     {"type": "object", "properties": {"code": {"type": "string", "description": "The Python code."}},
-     "required": ["code"]}, False),)
+     "required": ["code"]}, False, None, "python"),)
 
 
 @dataclass(frozen=True)

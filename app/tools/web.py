@@ -1,8 +1,10 @@
 """The ``web_search`` hosted tool: a browser the model drives, over a :mod:`search provider
 <app.tools.search>`.
 
-The model is shown three functions in namespace ``browser`` (the names gpt-oss's built-in
-browser tool uses; Harmony renders the namespace and the model calls ``browser.search``):
+The model is shown three functions in namespace ``browser``; on Harmony (gpt-oss) they are
+its built-in ``browser`` tool, shown in the system message exactly as openai-harmony renders
+it, and the model calls ``browser.search`` / ``browser.open`` / ``browser.find`` (the extra
+arguments of the built-in, ``cursor``, ``loc``, ``source``, ..., are accepted and ignored):
 
 * ``search(query, topn?)`` → numbered results (title, URL, snippet);
 * ``open(id)`` → a page's text: ``id`` is a URL from the results or a result's number;
@@ -38,15 +40,15 @@ FUNCTIONS = (
                  {"type": "object", "properties": {
                      "query": {"type": "string", "description": "What to search for."},
                      "topn": {"type": "integer", "description": "How many results (at most 10)."}},
-                  "required": ["query"]}, False, NAMESPACE),
+                  "required": ["query"]}, False, NAMESPACE, NAMESPACE),
     FunctionTool(OPEN, "Open a page: a URL from the search results, or the number of a result.",
                  {"type": "object", "properties": {
                      "id": {"type": "string", "description": "A URL, or a result's number."}},
-                  "required": ["id"]}, False, NAMESPACE),
+                  "required": ["id"]}, False, NAMESPACE, NAMESPACE),
     FunctionTool(FIND, "Find the lines of a page that contain a pattern (the last page opened by default).",
                  {"type": "object", "properties": {
                      "pattern": {"type": "string"}, "url": {"type": "string"}},
-                  "required": ["pattern"]}, False, NAMESPACE),
+                  "required": ["pattern"]}, False, NAMESPACE, NAMESPACE),
 )
 
 

@@ -1,6 +1,6 @@
 """``code_interpreter`` through the real stack: the OpenAI SDK and the Agents SDK →
 ``ocm-gateway serve`` → a real llama.cpp server, with the real sandbox service (``ocm-gateway
-sandbox``, bubblewrap).  The scripted gpt-oss model calls ``functions.python`` with
+sandbox``, bubblewrap).  The scripted gpt-oss model calls its built-in ``python`` tool with
 ``print(6*7)`` and, once the call is in its prompt, answers (the unit tests, whose fake model
 reads its prompt, show the answer depends on the ``42`` the sandbox printed)."""
 
@@ -23,8 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 MODEL = "gpt-oss-code"
 ANSWER = "It is 42."
-SCRIPT = ('<|channel|>commentary to=functions.python <|constrain|>json'
-          '<|message|>{"code":"print(6*7)#axolotl"}<|call|>'
+SCRIPT = ("<|channel|>analysis to=python<|message|>print(6*7)#axolotl<|call|>"
           f"<|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>")
 TOOLS: Any = [{"type": "code_interpreter", "container": {"type": "auto"}}]
 

@@ -53,10 +53,11 @@ class _State(enum.Enum):
 
 class HarmonyEventParser:
     def __init__(self, prompt_tokens: int, prefill: tuple[int, ...] = (),
-                 namespaces: frozenset[str] = frozenset()) -> None:
+                 namespaces: frozenset[str] = frozenset(), builtins: frozenset[str] = frozenset()) -> None:
         """``namespaces``: the tool namespaces of the request besides ``functions``; a call
         ``to=NS.NAME`` of one of them is the tool named ``NS__NAME``."""
         self._namespaces = namespaces
+        self._builtins = builtins  # gpt-oss built-in tools the request has the gateway run
         self._state = _State.HEADER  # the prompt ends with ``<|start|>assistant``
         self._role: str | None = "assistant"  # the author the header may omit
         self._header: list[int] = []
@@ -165,6 +166,9 @@ class HarmonyEventParser:
         elif short and space in self._namespaces:
             self._kind = "tool"
             self._parts.start_call(f"{space}__{short}", self._out)
+        elif recipient == "python" and "python" in self._builtins:  # the code itself, not JSON
+            self._kind = "tool"
+            self._parts.start_call("python", self._out)
         elif recipient and recipient != "assistant":
             self._kind = "unsupported"
             self._out.append(ev.Error(f"The model addressed {recipient!r}, a built-in tool this "

@@ -76,7 +76,10 @@ class HarmonyOptions:
     default_reasoning_effort: m.ReasoningEffort = "medium"
 
 
-def _system(opts: HarmonyOptions, effort: m.ReasoningEffort) -> Message:
+def _system(opts: HarmonyOptions, effort: m.ReasoningEffort, builtins: frozenset[str] = frozenset(),
+            ) -> Message:
+    """The system message; ``builtins`` (``browser``, ``python``): gpt-oss's built-in tools the
+    gateway runs, in the system message's ``# Tools`` as openai-harmony writes them."""
     date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
     content = (
         SystemContent.new()
@@ -86,11 +89,18 @@ def _system(opts: HarmonyOptions, effort: m.ReasoningEffort) -> Message:
         .with_reasoning_effort(_EFFORT[effort])
         .with_required_channels(["analysis", "commentary", "final"])
     )
+    if "browser" in builtins:
+        content = content.with_browser_tool()
+    if "python" in builtins:
+        content = content.with_python_tool()
     return Message.from_role_and_content(Role.SYSTEM, content)
 
 
 def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> Message | None:
     """The Harmony developer message (``# Instructions``, ``# Tools``), or None if empty."""
+    if not instructions and not tools:
+        return None
+    tools = tuple(t for t in tools if t.builtin is None)  # built-ins are in the system message
     if not instructions and not tools:
         return None
     content = DeveloperContent.new()
@@ -121,11 +131,22 @@ def _has_later_answer(messages: tuple[m.Message, ...], index: int) -> bool:
     return any(x.role == "assistant" and not x.tool_calls for x in messages[index + 1:])
 
 
+def _code(arguments: str) -> str:
+    """A built-in ``python`` call's code: ``{"code": ...}`` as stored, or the text itself."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return str(value["code"]) if isinstance(value, dict) and isinstance(value.get("code"), str) else arguments
+
+
 def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
     instructions: list[str] = []
     out: list[Message] = []
     call_names: dict[str, str] = {}  # call id -> the recipient it was sent to
     recipients = {t.name: t.recipient for t in conv.tools}
+    builtin = {t.name for t in conv.tools if t.builtin}  # gpt-oss calls these in analysis
+    channels: dict[str, str] = {}  # call id -> the channel of the call (and of its output)
     msgs = conv.messages
     for i, msg in enumerate(msgs):
         if msg.role in ("system", "developer"):
@@ -146,8 +167,13 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
                                .with_channel("commentary"))
                 for call in msg.tool_calls:
                     call_names[call.id] = recipients.get(call.name, f"functions.{call.name}")
+                    channels[call.id] = "analysis" if call.name in builtin else "commentary"
+                    if call_names[call.id] == "python":  # the built-in takes the code itself
+                        out.append(Message.from_role_and_content(Role.ASSISTANT, _code(call.arguments))
+                                   .with_channel("analysis").with_recipient("python"))
+                        continue
                     out.append(Message.from_role_and_content(Role.ASSISTANT, call.arguments)
-                               .with_channel("commentary")
+                               .with_channel(channels[call.id])
                                .with_recipient(call_names[call.id])
                                .with_content_type("<|constrain|>json"))
             else:
@@ -160,7 +186,8 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
                                      param=f"messages[{i}].tool_call_id")
             out.append(Message.from_author_and_content(Author.new(Role.TOOL, name),
                                                        _text_only(msg, i))
-                       .with_recipient("assistant").with_channel("commentary"))
+                       .with_recipient("assistant")
+                       .with_channel(channels.get(msg.tool_call_id or "", "commentary")))
     return "\n\n".join(instructions), out
 
 
@@ -220,11 +247,12 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
     through openai-harmony is most of a request's render time."""
     date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
     key = (opts, date, effort, instructions,
-           orjson.dumps([(t.name, t.description, t.parameters, t.namespace) for t in tools]),
+           orjson.dumps([(t.name, t.description, t.parameters, t.namespace, t.builtin) for t in tools]),
            None if rf is None else (rf.name, rf.description, orjson.dumps(rf.schema)))
     ids = _PREFIXES.get(key)
     if ids is None:
-        messages = [_system(replace(opts, current_date=date), effort)]
+        builtins = frozenset(t.builtin for t in tools if t.builtin)
+        messages = [_system(replace(opts, current_date=date), effort, builtins)]
         dev = developer_message(instructions, tools)
         if dev is None and rf is not None:  # the response format needs a developer message
             dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())

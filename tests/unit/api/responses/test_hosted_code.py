@@ -6,7 +6,6 @@ and the Open Responses validators."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,8 +28,8 @@ TOOLS = [{"type": "code_interpreter", "container": {"type": "auto"}}]
 
 
 def python(code: str) -> str:
-    return (f"<|channel|>commentary to=functions.python <|constrain|>json"
-            f"<|message|>{json.dumps({'code': code})}<|call|>")
+    """A call of gpt-oss's built-in python tool: the code itself, from the analysis channel."""
+    return f"<|channel|>analysis to=python<|message|>{code}<|call|>"
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,10 @@ async def test_print_6_times_7_and_the_answer_sees_42(sandbox: Running) -> None:
     assert call.outputs is not None and [(o.type, getattr(o, "logs", None)) for o in call.outputs] == [
         ("logs", "42\n")]
     assert body.output_text == "It is 42."
-    assert "type python = (_: {" in model.prompts[0]  # shown as a function
+    system = model.prompts[0].split("<|end|>", 1)[0]  # gpt-oss's built-in, in the system message
+    assert "## python" in system and "stateful Jupyter notebook" in system
+    assert "to=python<|channel|>analysis<|message|>print(6*7)<|call|>" in model.prompts[1]
+    assert "<|start|>python to=assistant<|channel|>analysis<|message|>42\n<|end|>" in model.prompts[1]
     # The container went with the response.
     async with httpx.AsyncClient() as client:
         gone = await client.delete(f"{sandbox.url}/v1/containers/{call.container_id}",
@@ -70,7 +72,7 @@ async def test_print_6_times_7_and_the_answer_sees_42(sandbox: Running) -> None:
 
 async def test_state_across_calls_and_streamed_events(sandbox: Running) -> None:
     model = Switch(python("x = 6 * 7"), ("<|message|>42\n", answer("42.")),
-                   ('"code": "x = 6 * 7"', python("print(x)")))
+                   ("<|message|>x = 6 * 7<|call|>", python("print(x)")))
     async with gateway(model.transport(), cfg(sandbox)) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "x?", "tools": TOOLS,
                                                  "stream": True})
@@ -130,7 +132,7 @@ async def test_an_earlier_call_is_re_rendered_and_a_container_id_is_refused(sand
         bad = await c.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [
             {"type": "code_interpreter", "container": "cntr_abc"}]})
     assert r.status_code == 200, r.text
-    assert 'to=functions.python' in model.prompts[0] and "print(1)" in model.prompts[0]
+    assert "to=python<|channel|>analysis<|message|>print(1)<|call|>" in model.prompts[0]
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools[0].container"
 
 

@@ -56,8 +56,11 @@ async def test_search_then_answer_with_sources_and_a_citation(tmp_path: Path) ->
     cite = text.annotations[0]
     assert cite.type == "url_citation" and cite.url == SITE and cite.title == "Open Responses"
     assert text.text[cite.start_index:cite.end_index] == SITE
-    # The model was shown the browser namespace, and read the results in its second prompt.
-    assert "namespace browser" in model.prompts[0] and "type search" in model.prompts[0]
+    # The model was shown gpt-oss's built-in browser (in the system message, as openai-harmony
+    # writes it), and read the results in its second prompt.
+    system = model.prompts[0].split("<|end|>", 1)[0]
+    assert "## browser" in system and "namespace browser {" in system and "type search" in system
+    assert "<|start|>developer" not in model.prompts[0]
     assert "Search results for" in model.prompts[1] and f"URL: {SITE}" in model.prompts[1]
     assert "ocm:tools_not_run" not in r.json()
 
