@@ -191,6 +191,9 @@ class McpServerConfig(_Strict):
 class McpSettings(_Strict):
     # URL prefixes a request's own ``server_url`` may name (SSRF: the default names none)
     allowed_urls: list[str] = []
+    # a name in allowed_urls that resolves to a loopback / private / link-local address is
+    # refused unless this says the operator's names are meant to be internal
+    allow_private_names: bool = False
     servers: dict[str, McpServerConfig] = {}
 
 

@@ -191,6 +191,9 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
             raise InvalidRequest(f"Two mcp tools share server_label {server.label!r}.",
                                  param=f"{where}.server_label")
         servers.append(server)
+        if t.server_label not in settings.mcp.servers:  # a URL the request named: where it leads
+            await egress.public_addresses(server.url, f"{where}.server_url",
+                                          allow_private=settings.mcp.allow_private_names)
     sessions = [McpSession(s, connect_timeout=settings.connect_timeout,
                            max_output_chars=settings.max_output_chars) for s in servers]
     try:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -249,3 +250,75 @@ async def test_cancelling_a_background_response_cancels_the_running_tool(server:
         stored = (await c.get(f"/v1/responses/{rid}")).json()
     assert stored["status"] == "cancelled"
     assert [i["status"] for i in stored["output"] if i["type"] == "mcp_call"] == ["incomplete"]
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_unless_the_operator_says_so(server: str) -> None:
+    """``localhost`` resolves to 127.0.0.1: allowed as a name, it is still refused (a DNS name
+    pointing inside), until ``allow_private_names``; the address written as such is the
+    operator's choice."""
+    port = httpx.URL(server).port
+    named = f"http://localhost:{port}/"
+    model = Switch(answer("hi"))
+    async with gateway(model.transport(), cfg(named)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                 "tools": [mcp(f"{named}mcp")]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "server_url_not_allowed"
+    assert "127.0.0.1" in r.json()["error"]["message"] or "::1" in r.json()["error"]["message"]
+    settings = cfg(named).tools
+    allowed = cfg(named).model_copy(update={"tools": settings.model_copy(update={
+        "mcp": settings.mcp.model_copy(update={"allow_private_names": True})})})
+    async with gateway(model.transport(), allowed) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                 "tools": [mcp(f"{named}mcp")]})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("url", [
+    "http://169.254.169.254/latest/meta-data/",  # cloud metadata (link-local)
+    "http://127.0.0.1.nip.io:{port}/mcp",  # a public-looking name for loopback
+    "http://127.0.0.1:{port}@evil.example/mcp",  # user info
+    "http://127.0.0.1:{port}/mcp/../../admin",  # dot segments: a client would request /admin
+    "http://127.0.0.2:{port}/mcp",  # another loopback address
+    "file:///etc/passwd",
+    "gopher://127.0.0.1:{port}/",
+])
+async def test_ssrf_attempts_are_refused(server: str, url: str) -> None:
+    port = httpx.URL(server).port
+    model = Switch(answer("hi"))
+    async with gateway(model.transport(), cfg(f"{server}/mcp")) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                 "tools": [mcp(url.format(port=port))]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "server_url_not_allowed"
+
+
+async def test_a_redirect_is_not_followed(server: str) -> None:
+    """An allowed URL that answers 307 to another address: the gateway does not follow it (the
+    target, a listener that records connections, never hears from it)."""
+    hits: list[bytes] = []
+
+    async def target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(await reader.read(100))
+        writer.close()
+
+    async def redirector(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:%d/mcp\r\n"
+                     b"content-length: 0\r\nconnection: close\r\n\r\n" % target_port)
+        await writer.drain()
+        writer.close()
+
+    inner = await asyncio.start_server(target, "127.0.0.1", 0)
+    target_port = inner.sockets[0].getsockname()[1]
+    outer = await asyncio.start_server(redirector, "127.0.0.1", 0)
+    outer_url = f"http://127.0.0.1:{outer.sockets[0].getsockname()[1]}"
+    try:
+        model = Switch(answer("hi"))
+        async with gateway(model.transport(), cfg(outer_url)) as c:
+            r = await c.post("/v1/responses", json={"model": MODEL, "input": "x",
+                                                     "tools": [mcp(f"{outer_url}/mcp")]})
+        assert r.status_code == 424, r.text
+        assert hits == []
+    finally:
+        inner.close()
+        outer.close()
