@@ -27,7 +27,8 @@ def test_an_allowed_url_is_fetched_under_the_prefix(s: str, h: str, p: str, path
         return
     fetched = httpx.URL(url)  # what the MCP client's HTTP client requests
     # (a trailing dot is the same DNS name)
-    assert (fetched.scheme, fetched.host.rstrip("."), fetched.port or 80) == ("http", "mcp.internal", 8931), url
+    where = (fetched.scheme, fetched.host.rstrip("."), fetched.port or 80)
+    assert where == ("http", "mcp.internal", 8931), url
     assert fetched.path == "/mcp" or fetched.path.startswith("/mcp/"), url
 
 
