@@ -9,6 +9,7 @@ the Open Responses validators (:mod:`tests.support.openresponses`).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,30 @@ async def test_bad_web_search_options_are_400s(tmp_path: Path, tool: Json) -> No
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": [tool]})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_websocket_mode_and_background_run_the_loop(tmp_path: Path) -> None:
+    """The same loop over WebSocket mode (a real uvicorn server) and as a background response."""
+    from websockets.asyncio.client import connect
+
+    from tests.support.ws import create, served, turn
+
+    model = searching()
+    async with served(model.transport(), cfg(tmp_path)) as host, connect(f"ws://{host}/v1/responses") as ws:
+        await ws.send(create(input="loop?", tools=[{"type": "web_search"}]))
+        events, error = await turn(ws)
+    assert error is None and events[-1]["type"] == "response.completed"
+    kinds = [i["type"] for i in events[-1]["response"]["output"]]
+    assert kinds == ["reasoning", "web_search_call", "message"]
+    model = searching()
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "loop?", "background": True,
+                                                 "tools": [{"type": "web_search"}]})
+        rid = r.json()["id"]
+        for _ in range(200):
+            got = (await c.get(f"/v1/responses/{rid}")).json()
+            if got["status"] not in ("queued", "in_progress"):
+                break
+            await asyncio.sleep(0.02)
+    assert got["status"] == "completed"
+    assert [i["type"] for i in got["output"]] == ["reasoning", "web_search_call", "message"]

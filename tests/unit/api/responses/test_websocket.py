@@ -12,27 +12,21 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
 from app.http import server as http_server
-from app.http.server import GuardedH11Protocol
-from app.http.ws_protocol import GracefulWebSocketProtocol
-from app.main import create_app
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, config
-from tests.support.openresponses import _validate, check_stream
-from tests.support.process import free_port
+from tests.support.openresponses import check_stream
 from tests.support.slow_upstream import EndlessUpstream, endless_transport
+from tests.support.ws import create, served, turn
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -41,45 +35,6 @@ TEXT = "<|channel|>final<|message|>Hello from a scripted tiny model!<|return|>"
 REASONING = ("<|channel|>analysis<|message|>Think first.<|end|>"
              "<|start|>assistant<|channel|>final<|message|>Done thinking.<|return|>")
 KEY = "sk-websocket-test"
-
-
-@asynccontextmanager
-async def served(upstream: httpx.AsyncBaseTransport, cfg: GatewayConfig | None = None,
-                 ) -> AsyncIterator[str]:
-    """The gateway in a real uvicorn server on a free loopback port; yields its base URL."""
-    app = create_app(cfg or config(), transport=upstream)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=GuardedH11Protocol,
-                                           ws=GracefulWebSocketProtocol, lifespan="on",
-                                           log_level="warning"))
-    task = asyncio.get_running_loop().create_task(server.serve())
-    try:
-        while not server.started:
-            assert not task.done(), "uvicorn did not start"
-            await asyncio.sleep(0.01)
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-def create(**body: Any) -> str:
-    return json.dumps({"type": "response.create", "model": MODEL} | body)
-
-
-async def turn(ws: ClientConnection) -> tuple[list[Json], Json | None]:
-    """One turn's streamed events (checked) up to its terminal, or ([], the error event)."""
-    events: list[Json] = []
-    while True:
-        event = json.loads(await asyncio.wait_for(ws.recv(), 10))
-        if event["type"] == "error" and "sequence_number" not in event:
-            assert not events, "an error event in the middle of a response"
-            _validate("WebSocketErrorEvent", event)
-            return [], event
-        events.append(event)
-        if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
-            check_stream(events)
-            return events, None
 
 
 def final_of(events: list[Json]) -> Json:
