@@ -172,7 +172,7 @@ class ResponsesSettings(_Strict):
     # in the Open Responses document's (app/api/responses/dialect.py).
     event_dialect: Literal["auto", "openresponses", "openai"] = "auto"
     # AES-256-GCM key (32 bytes, base64; `openssl rand -base64 32`) sealing encrypted_content of
-    # reasoning and compaction items (app/api/responses/sealing.py). Unset: a random key per
+    # reasoning and compaction items (app/items/sealing.py). Unset: a random key per
     # process (a warning at startup; tokens do not survive a restart or reach another worker).
     encryption_key: str | None = None
     previous_encryption_keys: list[str] = []  # still open tokens sealed before a key rotation

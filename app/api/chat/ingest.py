@@ -4,16 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.api.validate import (
-    check_call_id,
-    check_function_name,
-    check_json_schema,
-    logit_bias,
-    reasoning_effort,
-    stop_strings,
-    template_kwargs,
-    thinking,
-)
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -28,6 +18,16 @@ from app.core.conversation import (
 )
 from app.core.errors import InvalidRequest
 from app.core.media import check_image_url
+from app.items.validate import (
+    check_call_id,
+    check_function_name,
+    check_json_schema,
+    logit_bias,
+    reasoning_effort,
+    stop_strings,
+    template_kwargs,
+    thinking,
+)
 from schemas import chat as wire
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.api.validate import logit_bias, stop_strings
 from app.core.conversation import GenerationParams
 from app.core.errors import InvalidRequest
+from app.items.validate import logit_bias, stop_strings
 from schemas.completions import CompletionRequest
 
 ClientPrompt = str | tuple[int, ...]

@@ -1,7 +1,7 @@
 """Conversations on the conversation store: objects, items, and the ``conversation`` of a
 response.
 
-Items enter a conversation in the form the response store keeps (:mod:`app.api.responses.resolve`):
+Items enter a conversation in the form the response store keeps (:mod:`app.items.resolve`):
 files read into text, sealed reasoning opened, compaction items expanded, so a conversation is
 usable as a response's context without the file or the key again. ``include:
 ["reasoning.encrypted_content"]`` seals reasoning items on the way out (sealed for the caller's
@@ -20,15 +20,15 @@ import time
 from typing import Any
 
 from app.api.conversations.store import ConversationStore
-from app.api.responses import file_jobs
-from app.api.responses.ingest import stored_items
-from app.api.responses.resolve import INCLUDE, has_files, resolve, seal_reasoning
-from app.api.responses.sealing import Sealer
 from app.core.access import Principal
 from app.core.errors import InvalidRequest, NotFound
 from app.core.ids import random_id
 from app.core.media import check_image_url
 from app.engine.run import Run, RunHooks
+from app.items import file_jobs
+from app.items.messages import stored_items
+from app.items.resolve import INCLUDE, has_files, resolve, seal_reasoning
+from app.items.sealing import Sealer
 from schemas.conversations import AddItemsBody, CreateConversationBody, UpdateConversationBody
 
 Json = dict[str, Any]

@@ -48,11 +48,12 @@ from typing import Any
 from app.api.logprobs import logprobs_content
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.hosted_items import HostedItems
-from app.api.responses.tools import WireTool, custom_input
+from app.api.responses.tools import WireTool
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
 from app.core.output import Usage
+from app.items.names import custom_input
 from app.tools import web
 
 Json = dict[str, Any]

@@ -1,221 +1,26 @@
-"""Open Responses create body → wire-form input items → Conversation + GenerationParams.
-
-Items stay in wire form (dicts, ids filled in) because that is what the response
-store keeps and what ``previous_response_id`` chains: context = previous input +
-previous output + new input.  :func:`items_to_messages` folds consecutive
-assistant-side items (reasoning, assistant messages, function calls) into one
-internal assistant :class:`Message`, the shape the renderers expect.
-"""
+"""Open Responses create body → Conversation + GenerationParams (the items themselves:
+:mod:`app.items.messages`)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter
-
-from app.api.responses.tools import RequestTools, custom_arguments, model_name, request_tools, tool_choice
-from app.api.validate import (
-    check_call_id,
+from app.api.responses.tools import RequestTools, request_tools, tool_choice
+from app.core.conversation import (
+    Conversation,
+    GenerationParams,
+    Message,
+    ResponseFormat,
+    TextPart,
+)
+from app.items.messages import items_to_messages
+from app.items.validate import (
     check_function_name,
     check_json_schema,
     reasoning_effort,
     thinking,
 )
-from app.core.conversation import (
-    ContentPart,
-    Conversation,
-    GenerationParams,
-    ImagePart,
-    Message,
-    ResponseFormat,
-    TextPart,
-    ToolCall,
-)
-from app.core.errors import InvalidRequest
-from app.core.ids import random_id
-from app.core.media import check_image_url
-from app.tools import code, web
 from schemas import responses as wire
-
-_ITEMS = TypeAdapter(list[wire.InputItem])
-_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
-              "compaction": "cmp_", "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_",
-              "mcp_list_tools": "mcpl_", "mcp_approval_response": "mcpa_"}
-
-
-def new_input_items(body: wire.CreateResponseBody | wire.CompactBody) -> list[dict[str, Any]]:
-    """The request's ``input`` as stored items (a string becomes one user message)."""
-    if body.input is None:
-        items: list[Any] = []
-    elif isinstance(body.input, str):
-        items = [wire.UserMessage(role="user", content=[wire.InputText(type="input_text", text=body.input)])]
-    else:
-        items = list(body.input)
-    if (body.input is None and body.previous_response_id is None
-            and getattr(body, "conversation", None) is None):
-        raise InvalidRequest("input is required (or continue a response with previous_response_id "
-                             "or conversation).", param="input", code="missing_required_parameter")
-    return stored_items(items, "input")  # [] is an empty turn (Codex probes with one)
-
-
-def stored_items(items: list[Any], param: str) -> list[dict[str, Any]]:
-    """Validated input items (``param[i]``) in wire form, as stores keep them: ids filled in,
-    string content made a list of parts."""
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(items):
-        if isinstance(item, wire.ItemReference):
-            raise InvalidRequest("item_reference inputs are not supported; send the item itself or "
-                                 "use previous_response_id.", param=f"{param}[{i}]")
-        data = item.model_dump(by_alias=True, exclude_none=True)
-        data.setdefault("type", "message")
-        if not data.get("id"):
-            data["id"] = random_id(_ID_PREFIX.get(data["type"], "item_"))
-        if isinstance(data.get("content"), str):
-            kind = "output_text" if data.get("role") == "assistant" else "input_text"
-            data["content"] = [{"type": kind, "text": data["content"]}]
-        out.append(data)
-    return out
-
-
-@dataclass
-class _Assistant:
-    reasoning: list[str] = field(default_factory=list)
-    content: list[str] = field(default_factory=list)
-    calls: list[ToolCall] = field(default_factory=list)
-
-    def flush(self, out: list[Message]) -> None:
-        if self.reasoning or self.content or self.calls:
-            out.append(Message("assistant", (TextPart("".join(self.content)),) if self.content else (),
-                               tool_calls=tuple(self.calls),
-                               reasoning="\n".join(self.reasoning) if self.reasoning else None))
-        self.reasoning, self.content, self.calls = [], [], []
-
-
-def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
-    parts: list[ContentPart] = []
-    for j, part in enumerate(content):
-        if isinstance(part, wire.InputText | wire.OutputText):
-            parts.append(TextPart(part.text))
-        elif isinstance(part, wire.InputImage):
-            if not part.image_url:
-                raise InvalidRequest("input_image needs image_url (file_id is not supported).",
-                                     param=f"{where}.content[{j}]")
-            image = check_image_url(part.image_url, f"{where}.content[{j}]")  # data: URLs only
-            parts.append(ImagePart(image.url, part.detail))
-        elif isinstance(part, wire.Refusal):
-            parts.append(TextPart(part.refusal))
-        else:  # pragma: no cover - resolve.py turns input_file parts into text first
-            raise InvalidRequest("input_file parts are read by the gateway before this point.",
-                                 param=f"{where}.content[{j}]", code="unsupported_content_type")
-    return tuple(parts)
-
-
-def _web_call(action: wire.WebSearchAction | None) -> tuple[str, str, str]:
-    """A ``web_search_call`` as the browser call it was (:mod:`app.tools.web`) and a result
-    the model can read: the item keeps the sources, not the text the model saw then."""
-    if action is None or action.type == "search":
-        query = (action.query or " ".join(action.queries or [])) if action else ""
-        urls = [s.url for s in (action.sources or [])] if action else []
-        result = ("Searched earlier; the results are not kept" +
-                  (": sources " + ", ".join(urls) if urls else "") + ".")
-        return web.SEARCH, json.dumps({"query": query}, ensure_ascii=False), result
-    if action.type == "open_page":
-        return (web.OPEN, json.dumps({"id": action.url or ""}, ensure_ascii=False),
-                "Opened earlier; the page's text is not kept.")
-    found = {"pattern": action.pattern or "", "url": action.url or ""}
-    return (web.FIND, json.dumps(found, ensure_ascii=False),
-            "Searched the page earlier; the lines found are not kept.")
-
-
-def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
-                      labels: list[str] | None = None) -> tuple[Message, ...]:
-    """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
-    the ones before come from ``previous_response_id``.  ``labels`` (one per item) name
-    them instead, for inputs :mod:`app.api.responses.resolve` expanded."""
-    parsed = _ITEMS.validate_python(items)
-    out: list[Message] = []
-    asst = _Assistant()
-    known_calls: set[str] = set()
-    denied = {item.approval_request_id for item in parsed
-              if isinstance(item, wire.McpApprovalResponseItem) and not item.approve}
-    for i, item in enumerate(parsed):
-        if labels is not None:
-            at = labels[i]
-        else:
-            at = f"input[{i - first_input}]" if i >= first_input else "previous_response_id"
-        if isinstance(item, wire.ReasoningItem):
-            if asst.content or asst.calls:
-                asst.flush(out)
-            texts = [c.text for c in item.content or []] or [s.text for s in item.summary]
-            asst.reasoning.append("".join(texts))
-        elif isinstance(item, wire.AssistantMessage):
-            if asst.calls:
-                asst.flush(out)
-            content = item.content if isinstance(item.content, list) else [
-                wire.OutputText(type="output_text", text=item.content)]
-            asst.content.append("".join(p.text for p in _parts(content, at) if isinstance(p, TextPart)))
-        elif isinstance(item, wire.FunctionCallItem | wire.CustomToolCallItem):
-            check_function_name(item.name, f"{at}.name")
-            if item.namespace is not None:
-                check_function_name(item.namespace, f"{at}.namespace")
-            check_call_id(item.call_id, f"{at}.call_id")
-            arguments = (item.arguments if isinstance(item, wire.FunctionCallItem)
-                         else custom_arguments(item.input))
-            asst.calls.append(ToolCall(item.call_id, model_name(item.name, item.namespace), arguments))
-            known_calls.add(item.call_id)
-        elif isinstance(item, wire.FunctionCallOutputItem | wire.CustomToolCallOutputItem):
-            asst.flush(out)
-            if item.call_id not in known_calls:
-                raise InvalidRequest(f"No tool call with call_id {item.call_id!r} precedes this output.",
-                                     param=f"{at}.call_id")
-            if isinstance(item.output, str):
-                output = item.output
-            else:
-                parts = _parts(item.output, at)
-                if any(not isinstance(p, TextPart) for p in parts):  # never dropped silently
-                    j = next(j for j, p in enumerate(parts) if not isinstance(p, TextPart))
-                    raise InvalidRequest(f"Images in a {item.type} are not supported; "
-                                         "send them in a user message.",
-                                         param=f"{at}.output[{j}]", code="unsupported_content_type")
-                output = "".join(p.text for p in parts if isinstance(p, TextPart))
-            out.append(Message("tool", (TextPart(output),), tool_call_id=item.call_id, source=at))
-        elif isinstance(item, wire.McpCallItem | wire.McpApprovalRequestItem):
-            # a hosted call re-rendered for the model: the call and what it returned (an approval
-            # request only once the client denied it; approved, it ran as an mcp_call)
-            if isinstance(item, wire.McpApprovalRequestItem) and item.id not in denied:
-                continue
-            check_function_name(item.server_label, f"{at}.server_label")
-            check_function_name(item.name, f"{at}.name")
-            asst.calls.append(ToolCall(item.id, model_name(item.name, item.server_label), item.arguments))
-            asst.flush(out)
-            result = ("The user did not approve this call." if isinstance(item, wire.McpApprovalRequestItem)
-                      else item.output or "" if item.error is None else f"Error: {item.error}")
-            out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
-        elif isinstance(item, wire.WebSearchCallItem):
-            # a search run in an earlier response: the call, and what is left of its result
-            name, arguments, result = _web_call(item.action)
-            asst.calls.append(ToolCall(item.id, name, arguments))
-            asst.flush(out)
-            out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
-        elif isinstance(item, wire.CodeInterpreterCallItem):
-            asst.calls.append(ToolCall(item.id, code.NAME, json.dumps({"code": item.code or ""},
-                                                                      ensure_ascii=False)))
-            asst.flush(out)
-            logs = "".join(o.logs or "" for o in item.outputs or [] if o.type == "logs")
-            out.append(Message("tool", (TextPart(logs),), tool_call_id=item.id, source=at))
-        elif isinstance(item, wire.McpListToolsItem | wire.McpApprovalResponseItem):
-            continue  # listings feed the tools, approvals the next run; neither is prompt text
-        elif isinstance(item, wire.UserMessage):
-            asst.flush(out)
-            user_content = item.content if isinstance(item.content, list) else [
-                wire.InputText(type="input_text", text=item.content)]
-            out.append(Message(item.role, _parts(user_content, at), source=at))
-        else:  # pragma: no cover - references are refused and compactions expanded before
-            raise InvalidRequest("Unsupported input item.", param=at)
-    asst.flush(out)
-    return tuple(out)
 
 
 def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:

@@ -18,14 +18,11 @@ from typing import Any
 
 from app.api.conversations.service import ConversationsService
 from app.api.conversations.store import ConversationStore
-from app.api.responses import compact, file_jobs
 from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.hosted import open_hosted
-from app.api.responses.ingest import build_conversation, generation_params, new_input_items, tools_of
-from app.api.responses.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
-from app.api.responses.sealing import Sealer
+from app.api.responses.ingest import build_conversation, generation_params, tools_of
 from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
@@ -35,6 +32,10 @@ from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
+from app.items import compact, file_jobs
+from app.items.messages import new_input_items
+from app.items.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
+from app.items.sealing import Sealer
 from app.tools import code, web
 from app.tools.code import Sandbox
 from app.tools.search import SearchProvider

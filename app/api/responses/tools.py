@@ -31,19 +31,18 @@ used by the encoder and by input items), and the echo.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.api.validate import check_function_name, check_json_schema
 from app.core.conversation import FunctionTool, ToolChoice
 from app.core.errors import InvalidRequest
+from app.items.names import model_name
+from app.items.validate import check_function_name, check_json_schema
 from schemas import responses as wire
 from schemas.responses import McpToolParam
 
 Json = dict[str, Any]
-SEPARATOR = "__"  # namespace + SEPARATOR + name: the model-facing name of a namespaced tool
 _CUSTOM_PARAMETERS: Json = {"type": "object", "properties": {"input": {"type": "string"}},
                             "required": ["input"], "additionalProperties": False}
 
@@ -57,28 +56,6 @@ class WireTool:
     kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search", "code_interpreter"]
     name: str
     namespace: str | None = None
-
-
-def model_name(name: str, namespace: str | None) -> str:
-    """The name the model knows a (namespaced) tool by."""
-    return f"{namespace}{SEPARATOR}{name}" if namespace else name
-
-
-def custom_input(arguments: str) -> str:
-    """A custom tool's ``input`` from the model's arguments (``{"input": "..."}``); text the
-    model wrote without the JSON wrapper is taken as it is."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(value, dict) and isinstance(value.get("input"), str) and len(value) == 1:
-        return str(value["input"])
-    return arguments
-
-
-def custom_arguments(text: str) -> str:
-    """The arguments a ``custom_tool_call`` input stands for, as the model wrote them."""
-    return json.dumps({"input": text}, ensure_ascii=False)
 
 
 def _custom_description(tool: wire.CustomToolParam) -> str:

@@ -11,7 +11,7 @@ said): of the context (``previous_response_id``'s input and output, then ``input
   last user message), so an agent in the middle of a tool loop can continue.
 
 The kept transcript is sealed into the compaction item's ``encrypted_content``
-(:mod:`app.api.responses.sealing`, bound to the caller's API key).  The visible ``output``
+(:mod:`app.items.sealing`, bound to the caller's API key).  The visible ``output``
 is, as in OpenAI's API, the user messages followed by the compaction item; sending that
 ``output`` back as ``input`` (plus new items) continues the conversation: the compaction
 item expands to the kept transcript in its place, and the user messages sent with it that it
@@ -23,9 +23,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.api.responses.sealing import CODE, Sealer
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
+from app.items.sealing import CODE, Sealer
 
 Json = dict[str, Any]
 PURPOSE = "compaction"

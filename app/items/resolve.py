@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.api.responses import compact, files
-from app.api.responses.sealing import CODE, Sealer
 from app.core.errors import InvalidRequest
+from app.items import compact, files
+from app.items.sealing import CODE, Sealer
 
 Json = dict[str, Any]
 REASONING = "reasoning"

@@ -10,7 +10,7 @@ taken (base64, or a ``data:MEDIA;base64,`` URL as the OpenAI SDK sends it):
   (cloud metadata endpoints, the internal network), and there is no operator allow-list;
 
 Reading is bounded: pages, decompressed drawing commands (per page and per file), drawing
-operators and time (:mod:`app.api.responses.file_jobs`); a PDF past a bound is a 400.
+operators and time (:mod:`app.items.file_jobs`); a PDF past a bound is a 400.
 Both are a 400 naming the part, as are unsupported types, corrupt or encrypted PDFs (a PDF
 without a cross-reference table or trailer is read, as viewers read it), PDFs
 without a text layer (no OCR here) and files over the limits below.  Every failure of the
@@ -26,8 +26,8 @@ import logging
 import re
 from typing import Any
 
-from app.api.responses.file_jobs import Cancelled, budget
 from app.core.errors import InvalidRequest
+from app.items.file_jobs import Cancelled, budget
 
 MAX_FILE_BYTES = 10 * 1024 * 1024  # decoded size of one file
 MAX_PDF_PAGES = 500

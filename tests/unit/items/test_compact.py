@@ -12,10 +12,10 @@ import openai
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.api.responses import compact
-from app.api.responses.compact import kept_items
 from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
+from app.items import compact
+from app.items.compact import kept_items
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, config, gateway
 from tests.support.openresponses import _validate, validate_error_body, validate_response

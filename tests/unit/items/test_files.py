@@ -1,4 +1,4 @@
-"""app/api/responses/files.py: input_file text / Markdown / PDF → text; everything else a 400."""
+"""app/items/files.py: input_file text / Markdown / PDF → text; everything else a 400."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.api.responses import files
-from app.api.responses.files import extract
 from app.cli.conformance.responses import _one_page_pdf
 from app.core.errors import InvalidRequest
 from app.formats.harmony.vocab import harmony_encoding
+from app.items import files
+from app.items.files import extract
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, gateway
 from tests.support.pdf import make_pdf
@@ -174,7 +174,7 @@ def test_a_pdf_cpu_bomb_is_refused_before_it_is_parsed() -> None:
 
 
 def test_drawing_operators_and_time_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.api.responses import file_jobs
+    from app.items import file_jobs
     from tests.support.pdf import make_bomb
 
     monkeypatch.setattr(files, "MAX_OPERATORS", 10_000)
@@ -187,7 +187,7 @@ def test_drawing_operators_and_time_are_bounded(monkeypatch: pytest.MonkeyPatch)
 
 
 async def test_files_have_a_bounded_queue(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.api.responses import file_jobs
+    from app.items import file_jobs
 
     monkeypatch.setattr(file_jobs, "QUEUE", 0)
     content = [{"type": "input_text", "text": "Read it."},
@@ -203,7 +203,7 @@ async def test_a_client_that_leaves_stops_its_file_job() -> None:
     import asyncio
     import time
 
-    from app.api.responses import file_jobs
+    from app.items import file_jobs
 
     started = asyncio.Event()
     loop = asyncio.get_running_loop()

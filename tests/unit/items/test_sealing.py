@@ -1,4 +1,4 @@
-"""app/api/responses/sealing.py: AES-GCM tokens bound to purpose and tenant; every failure a 400."""
+"""app/items/sealing.py: AES-GCM tokens bound to purpose and tenant; every failure a 400."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.responses.sealing import PREFIX, Sealer, parse_key
 from app.core.errors import InvalidRequest
+from app.items.sealing import PREFIX, Sealer, parse_key
 
 KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER = base64.urlsafe_b64encode(bytes(range(1, 33))).decode().rstrip("=")

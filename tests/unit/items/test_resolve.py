@@ -1,4 +1,4 @@
-"""app/api/responses/resolve.py: sealed items opened, compactions expanded, files read; labels."""
+"""app/items/resolve.py: sealed items opened, compactions expanded, files read; labels."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.responses import compact
-from app.api.responses.resolve import has_files, resolve, seal_reasoning
-from app.api.responses.sealing import Sealer
 from app.core.errors import InvalidRequest
+from app.items import compact
+from app.items.resolve import has_files, resolve, seal_reasoning
+from app.items.sealing import Sealer
 
 SEALER = Sealer.from_config(base64.b64encode(b"r" * 32).decode())
 USER = {"type": "message", "id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
