@@ -19,6 +19,7 @@ from app.core import events as ev
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import Conversation, GenerationParams, ReasoningEffort, ToolCall
 from app.engine.choices import Choices
+from app.engine.count import TokenCount, count_tokens
 from app.engine.generation import ModelRoute, Prepared, open_stream, prepare
 from app.engine.loop import LoopLimits, agent_loop
 from app.engine.registry import Registry
@@ -63,6 +64,39 @@ class Engine:
         prepared = await prepare(route, request.conversation, params, truncate=request.truncate)
         effort = params.reasoning_effort or route.default_reasoning_effort
         return Plan(route, prepared.params, effort, prepared.dropped_messages), prepared
+
+    async def count(self, request: RunRequest) -> TokenCount:
+        """The tokens of the prompt this request would send (planned, never opened)."""
+        return await count_tokens(self.registry, request.model, request.conversation, request.params,
+                                  truncate=request.truncate)
+
+    async def start_prepared(self, model: str, route: ModelRoute, prepared: Prepared, encoder: Encoder, *,
+                             run_id: str, mode: Mode, owner: Principal = ANONYMOUS) -> Run:
+        """A run of a prompt the caller prepared itself (a raw completion: no conversation to
+        render); opened here, like every generation."""
+        assert mode != "background"
+        stream = await open_stream(route, prepared)
+        run = Run(run_id, model, owner, encoder, mode, None, self.runs)
+        run.begin(stream)
+        return run
+
+    async def start_prepared_choices(self, model: str, prepared: list[tuple[ModelRoute, Prepared, Encoder]],
+                                     *, run_id: str, mode: Mode, owner: Principal = ANONYMOUS,
+                                     closing: Callable[[list[Run]], list[Json]] | None = None) -> Choices:
+        """Several prepared generations as the choices of one answer (``{run_id}-{i}``)."""
+        assert mode != "background"
+        choices = Choices(len(prepared), closing)
+
+        async def start(run: Run, route: ModelRoute, ready: Prepared) -> None:
+            run.begin(await open_stream(route, ready))
+
+        starts = []
+        for i, (route, ready, encoder) in enumerate(prepared):
+            run = Run(f"{run_id}-{i}", model, owner, encoder, mode, None, self.runs, sink=choices.sink(i))
+            choices.runs.append(run)
+            starts.append(start(run, route, ready))
+        await choices.open(starts)
+        return choices
 
     async def start(self, request: RunRequest, encoder: Callable[[Plan], Encoder], *, run_id: str,
                     mode: Mode, owner: Principal = ANONYMOUS, hooks: RunHooks | None = None) -> Run:

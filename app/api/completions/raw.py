@@ -1,16 +1,17 @@
 """A client's own prompt through the run engine's pieces: no rendering, no output format.
 
-:func:`open_completion` does for a raw prompt what :func:`app.engine.generation.prepare`
+:func:`prepare_completion` does for a raw prompt what :func:`app.engine.generation.prepare`
 does for a conversation (capacity check, capabilities, the real context window, an exact
-budget where the prompt's tokens are known) and then opens it with the engine's own
-:func:`~app.engine.generation.open_stream` (admission slot, failover and retries, first
-chunk, cancellation), on a route whose backend is the model's passthrough and whose format
-is :class:`RawFormat`: every chunk's text is answer text, with its logprobs.
+budget where the prompt's tokens are known); the engine then opens and runs it
+(:meth:`~app.engine.engine.Engine.start_prepared`: admission slot, failover and retries,
+first chunk, cancellation), on a route whose backend is the model's passthrough and whose
+format is :class:`RawFormat`: every chunk's text is answer text, with its logprobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 
 from adapters.base import Capabilities
@@ -21,8 +22,7 @@ from app.core.conversation import Conversation, GenerationParams
 from app.core.errors import ContextLengthExceeded, InvalidRequest
 from app.core.output import Chunk, Usage
 from app.core.prompt import Prompt
-from app.engine.generation import ModelRoute, Prepared, check_capabilities, context_window, open_stream
-from app.engine.stream import EventStream
+from app.engine.generation import ModelRoute, Prepared, check_capabilities, context_window
 from app.formats.harmony.vocab import VOCAB_SIZE
 from app.formats.parsing.accounting import Accounting
 
@@ -149,9 +149,10 @@ async def prepare_completion(route: ModelRoute, ingest: CompletionIngest, params
     return raw, Prepared(Conversation(()), params, upstream)
 
 
-async def open_prepared(raw: ModelRoute, prepared: Prepared) -> EventStream:
-    """Admission slot, failover, first chunk: the engine's own :func:`open_stream`."""
+@contextlib.contextmanager
+def prompt_param() -> Iterator[None]:
+    """The backend's own context check (when the engine opens the run) names ``prompt``."""
     try:
-        return await open_stream(raw, prepared)
-    except ContextLengthExceeded as exc:  # the backend's own check: the prompt did not fit
+        yield
+    except ContextLengthExceeded as exc:
         raise ContextLengthExceeded(exc.message, param="prompt") from None

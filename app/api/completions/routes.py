@@ -21,13 +21,13 @@ from starlette.responses import Response
 from app.api.completions import embeddings, tokens
 from app.api.completions.encode import CompletionEncoder, merge, total_usage, usage_dict
 from app.api.completions.ingest import CompletionIngest, ingest_completion
-from app.api.completions.raw import open_prepared, prepare_completion
+from app.api.completions.raw import prepare_completion, prompt_param
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.engine.choices import Choices
 from app.engine.engine import Engine
 from app.engine.generation import ModelRoute, Prepared
-from app.engine.run import Json, Mode, Run
+from app.engine.run import Encoder, Json, Mode, Run
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
@@ -72,12 +72,11 @@ class Completion:
         params = engine.registry.with_defaults(ingest.model, ingest.params)
         echo = await self._echo(0)
         raw, prepared = await prepare_completion(route, ingest, params, ingest.prompts[0])
-        stream = await open_prepared(raw, prepared)
-        run = Run(self.id, ingest.model, principal(self.request),
-                  self._encoder(0, echo, ingest.include_usage),
-                  "stream" if ingest.stream else "wait", None, engine.runs)
-        run.begin(stream)
-        return run
+        with prompt_param():
+            return await engine.start_prepared(ingest.model, raw, prepared,
+                                               self._encoder(0, echo, ingest.include_usage), run_id=self.id,
+                                               mode="stream" if ingest.stream else "wait",
+                                               owner=principal(self.request))
 
     def _closing(self, runs: list[Run]) -> list[Json]:
         if not self.ingest.include_usage:
@@ -90,9 +89,8 @@ class Completion:
         ingest, engine = self.ingest, self.engine
         route = engine.registry.route(ingest.model)
         base = engine.registry.with_defaults(ingest.model, ingest.params)
-        choices = Choices(len(ingest.prompts) * ingest.n, self._closing)
         mode: Mode = "stream" if ingest.stream else "wait"
-        starts = []
+        ready: list[tuple[ModelRoute, Prepared, Encoder]] = []
         for i, prompt in enumerate(ingest.prompts):  # each prompt checked and tokenized once
             raw, prepared = await prepare_completion(route, ingest, base, prompt)
             echo = await self._echo(i)
@@ -100,17 +98,10 @@ class Completion:
                 index = i * ingest.n + j
                 seed = prepared.params.seed
                 params = replace(prepared.params, seed=None if seed is None else seed + j)
-                run = Run(f"{self.id}-{index}", ingest.model, principal(self.request),
-                          self._encoder(index, echo, False), mode, None, engine.runs,
-                          sink=choices.sink(index))
-                choices.runs.append(run)
-                starts.append(_start(run, raw, replace(prepared, params=params)))
-        await choices.open(starts)
-        return choices
-
-
-async def _start(run: Run, raw: ModelRoute, prepared: Prepared) -> None:
-    run.begin(await open_prepared(raw, prepared))
+                ready.append((raw, replace(prepared, params=params), self._encoder(index, echo, False)))
+        with prompt_param():
+            return await engine.start_prepared_choices(ingest.model, ready, run_id=self.id, mode=mode,
+                                                       owner=principal(self.request), closing=self._closing)
 
 
 @router.post("/v1/completions")

@@ -18,7 +18,6 @@ from typing import Any
 
 from app.api.conversations.service import ConversationsService
 from app.api.conversations.store import ConversationStore
-from app.api.responses.count import TokenCount, count_tokens
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.hosted import open_hosted
@@ -28,6 +27,7 @@ from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
+from app.engine.count import TokenCount
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
@@ -309,8 +309,8 @@ class ResponsesService:
         hosted = (*(web.FUNCTIONS if offered.web_search else ()),
                   *(code.FUNCTIONS if offered.code_interpreter else ()))
         conv = replace(conv, tools=(*conv.tools, *hosted))
-        return await count_tokens(self.registry, model, conv, generation_params(create, self.runs),
-                                  truncate=body.truncation == "auto")
+        return await self.engine.count(RunRequest(model, conv, generation_params(create, self.runs),
+                                                  truncate=body.truncation == "auto"))
 
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:
         """A ``CompactResource`` for the context (:mod:`.compact`): nothing is stored."""

@@ -1,6 +1,7 @@
-"""``POST /v1/responses/input_tokens``: the prompt a create would send, counted.
+"""The prompt a run would send, counted (``POST /v1/responses/input_tokens``): planned like a
+run, never opened (:meth:`app.engine.engine.Engine.count`).
 
-The prompt is rendered exactly as :meth:`app.engine.engine.Engine.plan` renders a create's
+The prompt is rendered exactly as :meth:`app.engine.engine.Engine.plan` renders a run's
 (the model's configured defaults, its prompt format, ``truncation: auto`` dropping the
 oldest turns to fit), then counted:
 
