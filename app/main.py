@@ -20,11 +20,9 @@ from app.api.chat import stored_routes as chat_stored_routes
 from app.api.chat.stored import ChatStore
 from app.api.completions import routes as completions_routes
 from app.api.conversations import routes as conversations_routes
-from app.api.conversations.store import ConversationStore
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
-from app.api.responses.store import ResponseStore
 from app.config import GatewayConfig, load_config
 from app.engine.admission import Admission
 from app.engine.engine import Engine
@@ -35,6 +33,8 @@ from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
+from app.stores.sqlite_conversations import SqliteConversationStore
+from app.stores.sqlite_responses import SqliteResponseStore
 from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex
 
@@ -60,8 +60,8 @@ def create_app(config: GatewayConfig | None = None,
         registry.created = int(time.time())
         app.state.metrics.watch_admission(admission)
         app.state.registry = registry
-        store = await ResponseStore.open(cfg.store.path)
-        conversations = await ConversationStore.open(cfg.store.path)  # same file, own tables
+        store = await SqliteResponseStore.open(cfg.store.path)
+        conversations = await SqliteConversationStore.open(cfg.store.path)  # same file, own tables
         app.state.chat_store = await ChatStore.open(store.connection)  # stored chat completions
         app.state.engine = engine = Engine(registry)
         web = cfg.tools.web_search

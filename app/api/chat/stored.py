@@ -18,8 +18,8 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from app.api.sqlite import transaction
 from app.engine.run import Run
+from app.stores.sqlite_db import transaction
 
 Json = dict[str, Any]
 _SCHEMA = """

@@ -19,7 +19,6 @@ import re
 import time
 from typing import Any
 
-from app.api.conversations.store import ConversationStore
 from app.core.access import Principal
 from app.core.errors import InvalidRequest, NotFound
 from app.core.ids import random_id
@@ -29,6 +28,7 @@ from app.items import file_jobs
 from app.items.messages import stored_items
 from app.items.resolve import INCLUDE, has_files, resolve, seal_reasoning
 from app.items.sealing import Sealer
+from app.stores.base import ConversationStore
 from schemas.conversations import AddItemsBody, CreateConversationBody, UpdateConversationBody
 
 Json = dict[str, Any]

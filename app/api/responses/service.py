@@ -17,12 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from app.api.conversations.service import ConversationsService
-from app.api.conversations.store import ConversationStore
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
-from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
@@ -36,6 +34,7 @@ from app.items import compact, file_jobs
 from app.items.messages import new_input_items
 from app.items.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
 from app.items.sealing import Sealer
+from app.stores.base import ConversationStore, ResponseStore, StoredResponse
 from app.tools import code, web
 from app.tools.code import Sandbox
 from app.tools.search import SearchProvider

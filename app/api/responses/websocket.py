@@ -50,7 +50,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app.api.responses.dialect import choose
 from app.api.responses.service import ResponsesService
-from app.api.responses.store import ResponseStore, StoredResponse
 from app.core.access import Principal
 from app.core.errors import GatewayError, InvalidRequest, ServerShutdown, error_fields
 from app.engine.run import Run
@@ -60,6 +59,8 @@ from app.http.body import BodyRejected, parse_json
 from app.http.errors import validation_message
 from app.http.limits import TurnLimits
 from app.http.ws_protocol import EXTENSION, GRACE_SECONDS
+from app.stores.base import Json as StoreJson
+from app.stores.base import ResponseStore, StoredResponse
 from schemas.responses import CreateResponseBody
 
 Json = dict[str, Any]
@@ -73,12 +74,13 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 CONTINUABLE = frozenset({"completed", "incomplete"})
 
 
-class SocketStore(ResponseStore):
+class SocketStore:
     """The shared response store with one socket's most recent ``store: false`` response in
-    front of it: only :meth:`get` looks at that entry, every write goes to the shared store."""
+    front of it: only :meth:`get` looks at that entry, everything else is the shared store's
+    (a :class:`~app.stores.base.ResponseStore` by delegation)."""
 
     def __init__(self, shared: ResponseStore) -> None:
-        super().__init__(shared.connection)
+        self.shared = shared
         self.recent: tuple[str, StoredResponse] | None = None  # (tenant, response)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
@@ -86,7 +88,29 @@ class SocketStore(ResponseStore):
             tenant, stored = self.recent
             if stored.resource["id"] == response_id and tenant == owner:
                 return stored
-        return await super().get(response_id, owner)
+        return await self.shared.get(response_id, owner)
+
+    async def put(self, resource: StoreJson, input_items: list[StoreJson], owner: str) -> None:
+        await self.shared.put(resource, input_items, owner)
+
+    async def touch(self, response_ids: list[str]) -> None:
+        await self.shared.touch(response_ids)
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        return await self.shared.delete(response_id, owner)
+
+    async def put_events(self, response_id: str, owner: str, events: list[StoreJson]) -> None:
+        await self.shared.put_events(response_id, owner, events)
+
+    async def get_events(self, response_id: str, owner: str) -> list[StoreJson] | None:
+        return await self.shared.get_events(response_id, owner)
+
+    async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
+                   ) -> list[StoreJson] | None:
+        return await self.shared.page(owner, limit=limit, after=after, ascending=ascending)
+
+    async def close(self) -> None:
+        return None  # the shared store is the application's
 
     def remember(self, tenant: str, stored: StoredResponse | None) -> None:
         self.recent = None if stored is None else (tenant, stored)

@@ -1,4 +1,4 @@
-"""app/api/conversations/store.py: appends are row inserts, so concurrent appends to one
+"""app/stores/sqlite_conversations.py: appends are row inserts, so concurrent appends to one
 conversation (one connection, or two as two gateway processes sharing the file) keep every
 item in each batch's order; an append to a deleted conversation adds nothing."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from app.api.conversations.store import ConversationStore
+from app.stores.sqlite_conversations import SqliteConversationStore as ConversationStore
 
 
 def _batch(writer: str, n: int) -> list[dict[str, object]]:

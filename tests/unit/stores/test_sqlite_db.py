@@ -1,4 +1,4 @@
-"""Stores under concurrent writers on one SQLite file (app/api/sqlite.py): every batch whole,
+"""Stores under concurrent writers on one SQLite file (app/stores/sqlite_db.py): every batch whole,
 the API up afterwards."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.api.conversations.store import ConversationStore
-from app.api.responses.store import ResponseStore
-from app.api.sqlite import transaction
+from app.stores.sqlite_conversations import SqliteConversationStore as ConversationStore
+from app.stores.sqlite_db import transaction
+from app.stores.sqlite_responses import SqliteResponseStore as ResponseStore
 
 pytestmark = pytest.mark.asyncio
 

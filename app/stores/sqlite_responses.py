@@ -1,4 +1,4 @@
-"""Durable response store: SQLite (WAL) through aiosqlite.
+"""The response store on SQLite (WAL) through aiosqlite (the contract: :mod:`app.stores.base`).
 
 Each stored response keeps its resource (the JSON the API returns) and its full
 input context in wire form (previous input + previous output + new input), which is
@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 import orjson
 
-from app.api.sqlite import configure, transaction
+from app.stores.base import StoredResponse
+from app.stores.sqlite_db import configure, transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -54,19 +54,14 @@ def _prepare(path: Path) -> Path:
     return path
 
 
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    resource: dict[str, Any]
-    input_items: list[dict[str, Any]]
-    updated_at: float = 0.0  # wall clock of the last write or heartbeat (runs in flight)
+class SqliteResponseStore:
+    """:class:`~app.stores.base.ResponseStore` on SQLite."""
 
-
-class ResponseStore:
     def __init__(self, db: aiosqlite.Connection) -> None:
         self._db = db
 
     @classmethod
-    async def open(cls, path: str | Path) -> ResponseStore:
+    async def open(cls, path: str | Path) -> SqliteResponseStore:
         if str(path) != ":memory:":
             path = await asyncio.to_thread(_prepare, Path(path))
         db = await aiosqlite.connect(str(path))

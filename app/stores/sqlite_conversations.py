@@ -1,4 +1,5 @@
-"""Durable conversation store: SQLite (WAL) through aiosqlite, next to the response store.
+"""The conversation store on SQLite (WAL) through aiosqlite, next to the response store (the
+contract: :mod:`app.stores.base`).
 
 A conversation is a row (id, owner, created_at, metadata); its items are rows of their own in
 ``conversation_items``, ordered by an autoincrement sequence number. Appending is a plain
@@ -18,7 +19,8 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from app.api.sqlite import configure, transaction
+from app.stores.base import conversation_resource as resource
+from app.stores.sqlite_db import configure, transaction
 
 Json = dict[str, Any]
 
@@ -50,18 +52,14 @@ def _prepare(path: Path) -> Path:
     return path
 
 
-def resource(conversation_id: str, created_at: int, metadata: dict[str, str]) -> Json:
-    """The ``conversation`` object the API returns."""
-    return {"id": conversation_id, "object": "conversation", "created_at": created_at,
-            "metadata": metadata}
+class SqliteConversationStore:
+    """:class:`~app.stores.base.ConversationStore` on SQLite."""
 
-
-class ConversationStore:
     def __init__(self, db: aiosqlite.Connection) -> None:
         self._db = db
 
     @classmethod
-    async def open(cls, path: str | Path) -> ConversationStore:
+    async def open(cls, path: str | Path) -> SqliteConversationStore:
         if str(path) != ":memory:":
             path = await asyncio.to_thread(_prepare, Path(path))
         db = await aiosqlite.connect(str(path))
