@@ -120,6 +120,9 @@ def _default_store_path() -> str:
 
 class StoreSettings(_Strict):
     path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
+    # postgresql://user@host/db: responses and conversations there, shared by N replicas
+    # (app/stores/postgres.py); stored chat completions stay in the SQLite file at path
+    url: str | None = Field(default=None, pattern=r"^postgres(ql)?://")
     # A process marks its stored runs in flight alive every heartbeat_seconds; one untouched for
     # lost_after_seconds (its process died) reads back as failed with code run_lost.
     heartbeat_seconds: float = Field(default=5.0, gt=0)

@@ -33,8 +33,7 @@ from app.http.auth import AuthMiddleware
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
-from app.stores.sqlite_conversations import SqliteConversationStore
-from app.stores.sqlite_responses import SqliteResponseStore
+from app.stores import open_stores
 from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex
 
@@ -60,9 +59,9 @@ def create_app(config: GatewayConfig | None = None,
         registry.created = int(time.time())
         app.state.metrics.watch_admission(admission)
         app.state.registry = registry
-        store = await SqliteResponseStore.open(cfg.store.path)
-        conversations = await SqliteConversationStore.open(cfg.store.path)  # same file, own tables
-        app.state.chat_store = await ChatStore.open(store.connection)  # stored chat completions
+        stores = await open_stores(cfg.store.path, cfg.store.url)
+        store, conversations = stores.responses, stores.conversations
+        app.state.chat_store = await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
         web = cfg.tools.web_search
         search = (await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
@@ -78,8 +77,7 @@ def create_app(config: GatewayConfig | None = None,
         finally:
             heartbeat.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
-            await store.close()
-            await conversations.close()
+            await stores.close()
             if search is not None:
                 search.close()
             if sandbox is not None:

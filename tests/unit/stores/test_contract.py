@@ -1,35 +1,70 @@
-"""The store contract of app/stores/base.py, held by every implementation: SQLite (a file)
-and memory run the same scenarios (owners, upserts in place, paging both ways, events,
-conversation items)."""
+"""The store contract of app/stores/base.py, held by every implementation: SQLite (a file),
+PostgreSQL (a real server, tests/support/postgres.py) and memory run the same scenarios
+(owners, upserts in place, paging both ways, events, conversation items, concurrency)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from app.stores.base import ConversationStore, ResponseStore
 from app.stores.memory import MemoryConversationStore, MemoryResponseStore
+from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, migrate, open_pool
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
+from tests.support.postgres import postgres_server
 
 Json = dict[str, Any]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+KINDS = ["sqlite", "postgres", "memory"]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+async def _fresh(url: str) -> asyncpg.Pool:
+    """A pool on a database of its own (each test starts empty)."""
+    name = f"t{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=4)
+
+
+@pytest.fixture(params=KINDS)
 async def responses(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    store: ResponseStore = (await SqliteResponseStore.open(tmp_path / "s.sqlite3")
-                            if request.param == "sqlite" else MemoryResponseStore())
+    store: ResponseStore
+    if request.param == "sqlite":
+        store = await SqliteResponseStore.open(tmp_path / "s.sqlite3")
+    elif request.param == "postgres":
+        store = PostgresResponseStore(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
+    else:
+        store = MemoryResponseStore()
     yield store
     await store.close()
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=KINDS)
 async def conversations(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    store: ConversationStore = (await SqliteConversationStore.open(tmp_path / "s.sqlite3")
-                                if request.param == "sqlite" else MemoryConversationStore())
+    store: ConversationStore
+    if request.param == "sqlite":
+        store = await SqliteConversationStore.open(tmp_path / "s.sqlite3")
+    elif request.param == "postgres":
+        store = PostgresConversationStore(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
+    else:
+        store = MemoryConversationStore()
     yield store
     await store.close()
 
@@ -108,3 +143,49 @@ async def test_conversations(conversations: ConversationStore) -> None:
     assert not await conversations.delete("c1", "bob")
     assert await conversations.delete("c1", "alice") and await conversations.get("c1", "alice") is None
     assert not await conversations.append("c1", "alice", [{"id": "late"}])
+
+
+async def test_concurrent_appends_and_a_racing_delete(conversations: ConversationStore) -> None:
+    await conversations.create("c1", "alice", 1, {}, [])
+
+    async def writer(w: int) -> None:
+        for n in range(10):
+            assert await conversations.append("c1", "alice", [{"id": f"w{w}-{n}-a"}, {"id": f"w{w}-{n}-b"}])
+
+    await asyncio.gather(*(writer(w) for w in range(4)))
+    items = await conversations.items("c1", "alice")
+    assert len(items) == 80 and len({i["id"] for i in items}) == 80
+    for w in range(4):  # each batch whole and in order
+        ids = [i["id"] for i in items if i["id"].startswith(f"w{w}-")]
+        assert ids == [f"w{w}-{n}-{x}" for n in range(10) for x in "ab"]
+    late = (conversations.append("c1", "alice", [{"id": f"late{k}"}]) for k in range(5))
+    results = await asyncio.gather(conversations.delete("c1", "alice"), *late)
+    assert results[0] is True
+    assert await conversations.items("c1", "alice") == []  # nothing orphaned
+
+
+async def test_postgres_migrations_are_safe_to_run_concurrently(postgres: str) -> None:
+    """Several replicas starting at once: each step applied once, every pool usable."""
+    name = f"m{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres)
+    await admin.execute(f"CREATE DATABASE {name}")
+    await admin.close()
+    url = postgres.rsplit("/", 1)[0] + f"/{name}"
+    pools = await asyncio.gather(*(open_pool(url, max_size=2) for _ in range(4)))
+    try:
+        assert await asyncio.gather(*(migrate(p) for p in pools)) == [1, 1, 1, 1]
+        rows = await pools[0].fetch("SELECT version FROM ocm_schema")
+        assert [r[0] for r in rows] == [1]
+    finally:
+        await asyncio.gather(*(p.close() for p in pools))
+
+
+async def test_postgres_down_is_a_503_not_a_miss(postgres: str) -> None:
+    from app.stores.postgres import StoreUnavailable
+
+    store = PostgresResponseStore(await _fresh(postgres), owns_pool=True)
+    await store.put(response("r1"), [], "alice")
+    await store._pool.close()  # as if the server went away under the pool
+    with pytest.raises(StoreUnavailable) as failure:
+        await store.get("r1", "alice")
+    assert failure.value.status == 503

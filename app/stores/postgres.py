@@ -1,0 +1,284 @@
+"""The stores on PostgreSQL (asyncpg and its pool), for N replicas sharing one state (the
+contract: :mod:`app.stores.base`).  Selected by ``[store] url = "postgresql://..."``.
+
+* **Migrations**: numbered SQL steps (:data:`MIGRATIONS`) recorded in ``ocm_schema``,
+  applied at start-up inside one transaction that holds an advisory lock, so replicas starting
+  together apply each step once and the others wait, then see it done.
+* **Tables**: ``responses`` (creation order: an identity column an upsert keeps),
+  ``response_events``, ``conversations``, ``conversation_items`` (an identity sequence per
+  row; appends are row inserts).  Objects are stored as orjson bytes (events zlib-compressed),
+  never parsed by the server.
+* **Concurrency**: an append locks its conversation's row ``FOR KEY SHARE`` and a delete
+  takes it exclusively, so an append racing a delete either lands before it (and is deleted
+  with it) or finds no conversation (no orphans); concurrent appends never lose an item.
+* **Failures**: a connection that cannot be had or is lost is :class:`StoreUnavailable`
+  (503, ``Retry-After``), never a "missing" answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.core.errors import GatewayError
+from app.stores.base import Json, StoredResponse, conversation_resource
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        owner TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        resource BYTEA NOT NULL,
+        input_items BYTEA NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX responses_owner_seq ON responses (owner, seq);
+    CREATE TABLE response_events (id TEXT PRIMARY KEY, owner TEXT NOT NULL, events BYTEA NOT NULL);
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        metadata BYTEA NOT NULL
+    );
+    CREATE TABLE conversation_items (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        item BYTEA NOT NULL
+    );
+    CREATE INDEX conversation_items_order ON conversation_items (conversation_id, seq);
+    CREATE INDEX conversation_items_id ON conversation_items (conversation_id, item_id);
+    """,
+)
+_LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@contextlib.asynccontextmanager
+async def _guard() -> AsyncIterator[None]:
+    try:
+        yield
+    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+            asyncpg.exceptions.CannotConnectNowError, asyncpg.TooManyConnectionsError, TimeoutError) as exc:
+        raise StoreUnavailable(f"The store (PostgreSQL) is unavailable ({type(exc).__name__}); "
+                               "try again.") from None
+
+
+async def migrate(pool: asyncpg.Pool) -> int:
+    """Apply the steps not applied yet; the schema version after."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute("CREATE TABLE IF NOT EXISTS ocm_schema (version INT PRIMARY KEY, "
+                           "applied_at DOUBLE PRECISION NOT NULL)")
+        done = await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM ocm_schema")
+        for version, step in enumerate(MIGRATIONS, 1):
+            if version > done:
+                await conn.execute(step)
+                await conn.execute("INSERT INTO ocm_schema VALUES ($1, $2)", version, time.time())
+        return len(MIGRATIONS)
+
+
+async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    async with _guard():
+        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10,
+                                         command_timeout=30)
+        await migrate(pool)
+    return pool
+
+
+class PostgresResponseStore:
+    """:class:`~app.stores.base.ResponseStore` on PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+        self._pool = pool
+        self._owns = owns_pool
+
+    async def put(self, resource: Json, input_items: list[Json], owner: str) -> None:
+        async with _guard():
+            await self._pool.execute(
+                "INSERT INTO responses (id, owner, created_at, status, resource, input_items, updated_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
+                "created_at = excluded.created_at, status = excluded.status, resource = excluded.resource, "
+                "input_items = excluded.input_items, updated_at = excluded.updated_at",
+                resource["id"], owner, int(resource["created_at"]), resource["status"],
+                orjson.dumps(resource), orjson.dumps(input_items), time.time())
+
+    async def touch(self, response_ids: list[str]) -> None:
+        if response_ids:
+            async with _guard():
+                await self._pool.execute("UPDATE responses SET updated_at = $1 WHERE id = ANY($2::text[])",
+                                         time.time(), response_ids)
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        async with _guard():
+            row = await self._pool.fetchrow(
+                "SELECT resource, input_items, updated_at FROM responses WHERE id = $1 AND owner = $2",
+                response_id, owner)
+        if row is None:
+            return None
+        return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), float(row[2]))
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute("DELETE FROM responses WHERE id = $1 AND owner = $2",
+                                        response_id, owner)
+            await conn.execute("DELETE FROM response_events WHERE id = $1 AND owner = $2", response_id, owner)
+        return status != "DELETE 0"
+
+    async def put_events(self, response_id: str, owner: str, events: list[Json]) -> None:
+        async with _guard():
+            await self._pool.execute(
+                "INSERT INTO response_events (id, owner, events) VALUES ($1, $2, $3) "
+                "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, events = excluded.events",
+                response_id, owner, zlib.compress(orjson.dumps(events), 1))
+
+    async def get_events(self, response_id: str, owner: str) -> list[Json] | None:
+        async with _guard():
+            blob = await self._pool.fetchval(
+                "SELECT events FROM response_events WHERE id = $1 AND owner = $2", response_id, owner)
+        if blob is None:
+            return None
+        events: list[Json] = orjson.loads(zlib.decompress(blob))
+        return events
+
+    async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
+                   ) -> list[Json] | None:
+        sign, order = (">", "ASC") if ascending else ("<", "DESC")
+        async with _guard():
+            if after is None:
+                rows = await self._pool.fetch(
+                    f"SELECT resource FROM responses WHERE owner = $1 ORDER BY seq {order} LIMIT $2",
+                    owner, limit)
+            else:
+                seq = await self._pool.fetchval("SELECT seq FROM responses WHERE id = $1 AND owner = $2",
+                                                after, owner)
+                if seq is None:
+                    return None
+                rows = await self._pool.fetch(
+                    f"SELECT resource FROM responses WHERE owner = $1 AND seq {sign} $2 "
+                    f"ORDER BY seq {order} LIMIT $3", owner, seq, limit)
+        return [orjson.loads(row[0]) for row in rows]
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._pool.close()
+
+
+class PostgresConversationStore:
+    """:class:`~app.stores.base.ConversationStore` on PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+        self._pool = pool
+        self._owns = owns_pool
+
+    async def create(self, conversation_id: str, owner: str, created_at: int,
+                     metadata: dict[str, str], items: list[Json]) -> Json:
+        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO conversations (id, owner, created_at, metadata) "
+                               "VALUES ($1, $2, $3, $4)", conversation_id, owner, created_at,
+                               orjson.dumps(metadata))
+            await self._insert(conn, conversation_id, owner, items)
+        return conversation_resource(conversation_id, created_at, metadata)
+
+    @staticmethod
+    async def _insert(conn: Any, conversation_id: str, owner: str, items: list[Json]) -> None:
+        if items:
+            await conn.executemany(
+                "INSERT INTO conversation_items (conversation_id, owner, item_id, item) "
+                "VALUES ($1, $2, $3, $4)",
+                [(conversation_id, owner, str(item["id"]), orjson.dumps(item)) for item in items])
+
+    async def get(self, conversation_id: str, owner: str) -> Json | None:
+        async with _guard():
+            row = await self._pool.fetchrow(
+                "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2",
+                conversation_id, owner)
+        return None if row is None else conversation_resource(conversation_id, int(row[0]),
+                                                              orjson.loads(row[1]))
+
+    async def set_metadata(self, conversation_id: str, owner: str, metadata: dict[str, str],
+                           ) -> Json | None:
+        async with _guard():
+            row = await self._pool.fetchrow(
+                "UPDATE conversations SET metadata = $1 WHERE id = $2 AND owner = $3 RETURNING created_at",
+                orjson.dumps(metadata), conversation_id, owner)
+        return None if row is None else conversation_resource(conversation_id, int(row[0]), metadata)
+
+    async def delete(self, conversation_id: str, owner: str) -> bool:
+        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute("DELETE FROM conversations WHERE id = $1 AND owner = $2",
+                                        conversation_id, owner)
+            await conn.execute("DELETE FROM conversation_items WHERE conversation_id = $1 AND owner = $2",
+                               conversation_id, owner)
+        return status != "DELETE 0"
+
+    async def append(self, conversation_id: str, owner: str, items: list[Json]) -> bool:
+        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+            found = await conn.fetchval("SELECT 1 FROM conversations WHERE id = $1 AND owner = $2 "
+                                        "FOR KEY SHARE", conversation_id, owner)
+            if found is None:
+                return False
+            await self._insert(conn, conversation_id, owner, items)
+        return True
+
+    async def items(self, conversation_id: str, owner: str) -> list[Json]:
+        async with _guard():
+            rows = await self._pool.fetch("SELECT item FROM conversation_items WHERE conversation_id = $1 "
+                                          "AND owner = $2 ORDER BY seq", conversation_id, owner)
+        return [orjson.loads(row[0]) for row in rows]
+
+    async def page(self, conversation_id: str, owner: str, *, limit: int, after: str | None,
+                   ascending: bool) -> list[Json] | None:
+        sign, order = (">", "ASC") if ascending else ("<", "DESC")
+        async with _guard():
+            if after is None:
+                rows = await self._pool.fetch(
+                    f"SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
+                    f"ORDER BY seq {order} LIMIT $3", conversation_id, owner, limit)
+            else:
+                seq = await self._pool.fetchval(
+                    "SELECT MAX(seq) FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
+                    "AND item_id = $3", conversation_id, owner, after)
+                if seq is None:
+                    return None
+                rows = await self._pool.fetch(
+                    f"SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
+                    f"AND seq {sign} $3 ORDER BY seq {order} LIMIT $4", conversation_id, owner, seq, limit)
+        return [orjson.loads(row[0]) for row in rows]
+
+    async def item(self, conversation_id: str, owner: str, item_id: str) -> Json | None:
+        async with _guard():
+            blob = await self._pool.fetchval(
+                "SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
+                "AND item_id = $3 ORDER BY seq DESC LIMIT 1", conversation_id, owner, item_id)
+        return None if blob is None else dict(orjson.loads(blob))
+
+    async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool:
+        async with _guard():
+            status = await self._pool.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = $1 AND owner = $2 AND item_id = $3",
+                conversation_id, owner, item_id)
+        return status != "DELETE 0"
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._pool.close()
