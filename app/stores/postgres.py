@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.core.errors import GatewayError
+from app.core.errors import Overloaded
 from app.stores.base import Json, StoredResponse, conversation_resource
 
 MIGRATIONS: tuple[str, ...] = (
@@ -63,14 +63,13 @@ MIGRATIONS: tuple[str, ...] = (
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 
 
-class StoreUnavailable(GatewayError):
-    status = 503
-    type = "server_error"
+class StoreUnavailable(Overloaded):
+    """503 with ``Retry-After``, like the gateway's own overload."""
+
     code = "store_unavailable"
 
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
 
 
 @contextlib.asynccontextmanager

@@ -26,32 +26,58 @@ def _bin(name: str) -> str:
     return path
 
 
+class Cluster:
+    """One cluster in a temporary directory; :meth:`stop` and :meth:`start` it at will (a
+    database that goes away and comes back, same port, same data)."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="ocm-pg-"))
+        self.user = "postgres" if os.geteuid() == 0 else None
+        if self.user is not None:
+            shutil.chown(self.root, self.user)
+        self.data, self.port = self.root / "data", free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"postgresql://ocm@127.0.0.1:{self.port}/postgres"
+        subprocess.run([_bin("initdb"), "-D", str(self.data), "-U", "ocm", "--auth=trust", "-E", "UTF8"],
+                       check=True, capture_output=True, user=self.user, cwd=self.root)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [_bin("postgres"), "-D", str(self.data), "-k", str(self.root), "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
+             "-c", "synchronous_commit=off"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=self.user, cwd=self.root)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL did not start ({self.proc.returncode})")
+            time.sleep(0.05)
+        time.sleep(0.3)  # accepting connections a moment after the port opens
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+            self.proc = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[Cluster]:
+    cluster = Cluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """Start one; yields its URL (``postgresql://ocm@127.0.0.1:PORT/postgres``)."""
-    root = Path(tempfile.mkdtemp(prefix="ocm-pg-"))
-    user = "postgres" if os.geteuid() == 0 else None
-    if user is not None:
-        shutil.chown(root, user)
-    data, port = root / "data", free_port()
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        subprocess.run([_bin("initdb"), "-D", str(data), "-U", "ocm", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True, user=user, cwd=root)
-        proc = subprocess.Popen([_bin("postgres"), "-D", str(data), "-k", str(root), "-p", str(port),
-                                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-                                 "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=user, cwd=root)
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL did not start ({proc.returncode})")
-            time.sleep(0.05)
-        time.sleep(0.3)  # accepting connections a moment after the port opens
-        yield f"postgresql://ocm@127.0.0.1:{port}/postgres"
-    finally:
-        if proc is not None:
-            stop(proc)
-        shutil.rmtree(root, ignore_errors=True)
+    with postgres_cluster() as cluster:
+        yield cluster.url

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from tests.support.gateway import MODEL, config, gateway
-from tests.support.postgres import postgres_server
+from tests.support.postgres import postgres_cluster, postgres_server
 from tests.support.switch_model import Switch, answer
 
 
@@ -64,3 +64,23 @@ async def test_one_service_whichever_replica(postgres: str, tmp_path: Any) -> No
         assert [i["type"] for i in seen] == ["message", "message", "message"]  # A's, B's input, the answer
         assert (await b.delete(f"/v1/responses/{first['id']}")).status_code == 200
         assert (await a.get(f"/v1/responses/{first['id']}")).status_code == 404
+
+
+async def test_the_database_going_away_is_a_503_and_coming_back_is_recovery(tmp_path: Any) -> None:
+    """PostgreSQL stopped under a running gateway: stateful calls answer 503 with Retry-After,
+    ``store: false`` keeps working; started again, the same gateway serves what was stored."""
+    with postgres_cluster() as pg:
+        model = Switch(answer("Hello."))
+        async with gateway(model.transport(), on(pg.url, tmp_path / "a.sqlite3")) as c:
+            first = (await c.post("/v1/responses", json={"model": MODEL, "input": "Hi"})).json()
+            pg.stop()
+            down = await c.get(f"/v1/responses/{first['id']}")
+            assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
+            assert int(down.headers["retry-after"]) >= 1
+            stored = await c.post("/v1/responses", json={"model": MODEL, "input": "Hi"})
+            assert stored.status_code == 503
+            plain = await c.post("/v1/responses", json={"model": MODEL, "input": "Hi", "store": False})
+            assert plain.status_code == 200 and plain.json()["status"] == "completed"
+            pg.start()
+            back = await c.get(f"/v1/responses/{first['id']}")
+            assert back.status_code == 200 and back.json()["output"] == first["output"]
