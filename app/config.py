@@ -231,6 +231,14 @@ class ToolSettings(_Strict):
     code_interpreter: CodeInterpreterSettings = CodeInterpreterSettings()
 
 
+class RedisSettings(_Strict):
+    """Shared coordination of N replicas (app/http/counters.py): per-key limits counted in Redis."""
+
+    url: str | None = Field(default=None, pattern=r"^rediss?://")  # None: this process counts
+    on_failure: Literal["open", "closed"] = "open"  # Redis unreachable: admit uncounted, or 503
+    lease_seconds: float = Field(default=900.0, gt=0)  # a dead replica's concurrency slots free after
+
+
 class AuthSettings(_Strict):
     keys: list[ApiKey] = []  # empty: no authentication
 
@@ -245,6 +253,7 @@ class GatewayConfig(_Strict):
     http: HttpSettings = HttpSettings()
     responses: ResponsesSettings = ResponsesSettings()
     tools: ToolSettings = ToolSettings()
+    redis: RedisSettings = RedisSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}

@@ -30,6 +30,7 @@ from app.engine.registry import Registry
 from app.formats.harmony.vocab import harmony_encoding
 from app.http import errors, openapi, routes_meta
 from app.http.auth import AuthMiddleware
+from app.http.counters import RedisCounters
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
@@ -78,6 +79,8 @@ def create_app(config: GatewayConfig | None = None,
             heartbeat.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await stores.close()
+            if getattr(app.state, "redis", None) is not None:
+                await app.state.redis.aclose()
             if search is not None:
                 search.close()
             if sandbox is not None:
@@ -94,7 +97,15 @@ def create_app(config: GatewayConfig | None = None,
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,
                           lim.queue_timeout)
-    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission)  # inside auth
+    counters = None
+    if cfg.redis.url:  # limits shared by every replica
+        import redis.asyncio as aioredis
+
+        app.state.redis = aioredis.from_url(cfg.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        counters = RedisCounters(app.state.redis, on_failure=cfg.redis.on_failure,
+                                 lease_seconds=cfg.redis.lease_seconds)
+    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission,
+                       counters=counters)  # inside auth
     if cfg.auth.keys:
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
     if cfg.http.cors_origins:  # outside auth: a browser's preflight carries no API key

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,6 +30,7 @@ from app import metrics
 from app.config import ApiKey, LimitSettings
 from app.core.errors import GatewayError, Overloaded, error_body
 from app.engine.admission import Admission
+from app.http.counters import Budget, Counters, LocalCounters
 from app.http.responses import JSONResponse, error_response
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations",
@@ -38,39 +38,27 @@ GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocat
 WINDOW = 60.0
 
 
-@dataclass
-class _Usage:
-    requests: collections.deque[float] = field(default_factory=collections.deque)
-    tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
-    in_flight: int = 0
-    sockets: int = 0  # open WebSockets
-
-    token_total: int = 0  # the sum over ``tokens``, kept as they come and go
-
-    def prune(self, now: float) -> None:
-        while self.requests and self.requests[0] <= now - WINDOW:
-            self.requests.popleft()
-        while self.tokens and self.tokens[0][0] <= now - WINDOW:
-            self.token_total -= self.tokens.popleft()[1]
-
-    def add_tokens(self, now: float, n: int) -> None:
-        self.tokens.append((now, n))
-        self.token_total += n
-
-
 class LimitsMiddleware:
-    def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None) -> None:
+    def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None,
+                 counters: Counters | None = None) -> None:
         self.app = app
         self.settings = settings
         self.admission = admission
-        self.usage: dict[str, _Usage] = collections.defaultdict(_Usage)
+        self.counters: Counters = counters if counters is not None else LocalCounters()
+        self.sockets: dict[str, int] = collections.defaultdict(int)  # open WebSockets (per process)
 
-    def _limits(self, key: ApiKey | None) -> tuple[int | None, int | None, int | None]:
+    def _budget(self, scope: Scope) -> Budget:
+        key: ApiKey | None = scope.get("state", {}).get("api_key")
         s = self.settings
         if key is None:
-            return s.requests_per_minute, s.tokens_per_minute, s.max_concurrent
-        return (key.requests_per_minute or s.requests_per_minute,
-                key.tokens_per_minute or s.tokens_per_minute, key.max_concurrent or s.max_concurrent)
+            return Budget(s.requests_per_minute, s.tokens_per_minute, s.max_concurrent)
+        return Budget(key.requests_per_minute or s.requests_per_minute,
+                      key.tokens_per_minute or s.tokens_per_minute, key.max_concurrent or s.max_concurrent)
+
+    @staticmethod
+    def who(scope: Scope) -> str:
+        key: ApiKey | None = scope.get("state", {}).get("api_key")
+        return f"key:{key.name}" if key else f"addr:{(scope.get('client') or ('?',))[0]}"
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, status: int, message: str,
                       code: str, retry_after: float | None = None) -> None:
@@ -82,43 +70,22 @@ class LimitsMiddleware:
         await JSONResponse(error_body(message, type_, code), status_code=status,
                            headers=headers)(scope, receive, send)
 
-    def _usage(self, scope: Scope) -> tuple[_Usage, float]:
-        key: ApiKey | None = scope.get("state", {}).get("api_key")
-        usage = self.usage[f"key:{key.name}" if key else f"addr:{(scope.get('client') or ('?',))[0]}"]
-        now = time.monotonic()
-        usage.prune(now)
-        return usage, now
-
-    def _refusal(self, scope: Scope, usage: _Usage, now: float, *,
-                 concurrency: bool = True) -> RateLimited | None:
-        rpm, tpm, concurrent = self._limits(scope.get("state", {}).get("api_key"))
-        if not concurrency:
-            tpm = concurrent = None  # a request that generates nothing: its rate only
-        if rpm is not None and len(usage.requests) >= rpm:
-            return RateLimited(f"Rate limit: {rpm} requests per minute.", usage.requests[0] + WINDOW - now)
-        if tpm is not None and usage.token_total >= tpm:
-            return RateLimited(f"Rate limit: {tpm} tokens per minute.", usage.tokens[0][0] + WINDOW - now)
-        if concurrent is not None and usage.in_flight >= concurrent:
-            return RateLimited(f"Too many concurrent requests (limit {concurrent}).", 1.0,
-                               code="concurrency_limit_exceeded")
-        return None
-
     async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A Responses WebSocket: at most ``max_websockets`` open per key (a 429 instead of the
         upgrade beyond), each message a request under the key's limits (:class:`TurnLimits`)."""
-        usage, _ = self._usage(scope)
+        who = self.who(scope)
         cap = self.settings.max_websockets
-        if usage.sockets >= cap:
+        if self.sockets[who] >= cap:
             message = await receive()  # websocket.connect
             if message["type"] == "websocket.connect":
                 await self._refuse_upgrade(send, f"Too many open WebSockets for this key (limit {cap}).")
             return
-        usage.sockets += 1
+        self.sockets[who] += 1
         scope.setdefault("state", {})["limits"] = TurnLimits(self, scope)  # checked per message
         try:
             await self.app(scope, receive, send)
         finally:
-            usage.sockets -= 1
+            self.sockets[who] -= 1
 
     @staticmethod
     async def _refuse_upgrade(send: Send, message: str) -> None:
@@ -165,18 +132,20 @@ class LimitsMiddleware:
         if not counted:
             await self.app(scope, receive, send)
             return
-        usage, now = self._usage(scope)
-        refused = self._refusal(scope, usage, now, concurrency=generation)
+        who, slot = self.who(scope), uuid.uuid4().hex
+        try:
+            refused = await self.counters.admit(who, self._budget(scope), generation=generation, lease=slot)
+        except GatewayError as exc:  # the shared counters are down and the policy is closed
+            await error_response(exc)(scope, receive, send)
+            return
         if refused is not None:
             await self._reject(scope, receive, send, 429, refused.message, str(refused.code),
                                refused.retry_after)
             return
-        usage.requests.append(now)
         if not generation:
             await self.app(scope, receive, send)
             return
-        usage.in_flight += 1
-        lease = Lease(usage)
+        lease = Lease(self.counters, who, slot)
         scope.setdefault("state", {})["limits_lease"] = lease
         try:
             await self.app(scope, receive, send)
@@ -191,8 +160,8 @@ class Lease:
     request returns, or, once :meth:`detach` ed, by whoever took it (a background run, when
     it ends)."""
 
-    def __init__(self, usage: _Usage) -> None:
-        self._usage = usage
+    def __init__(self, counters: Counters, who: str, slot: str) -> None:
+        self._counters, self._who, self._slot = counters, who, slot
         self.detached = False
         self._released = False
 
@@ -204,19 +173,7 @@ class Lease:
         if self._released:
             return
         self._released = True
-        self._usage.in_flight -= 1
-        if tokens:
-            self._usage.add_tokens(time.monotonic(), tokens)
-
-
-class RateLimited(GatewayError):
-    status = 429
-    type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-
-    def __init__(self, message: str, retry_after: float, code: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.retry_after = retry_after
+        self._counters.release(self._who, self._slot, tokens)
 
 
 class TurnLimits:
@@ -226,20 +183,21 @@ class TurnLimits:
     def __init__(self, limits: LimitsMiddleware, scope: Scope) -> None:
         self._limits = limits
         self._scope = scope
+        self._slot: str | None = None
 
-    def admit(self) -> None:
-        usage, now = self._limits._usage(self._scope)
-        refused = self._limits._refusal(self._scope, usage, now)
+    async def admit(self) -> None:
+        slot = uuid.uuid4().hex
+        limits = self._limits
+        refused = await limits.counters.admit(limits.who(self._scope), limits._budget(self._scope),
+                                              generation=True, lease=slot)
         if refused is not None:
             raise refused
-        usage.requests.append(now)
-        usage.in_flight += 1
+        self._slot = slot
 
     def done(self, tokens: int) -> None:
-        usage, now = self._limits._usage(self._scope)
-        usage.in_flight -= 1
-        if tokens:
-            usage.add_tokens(now, tokens)
+        if self._slot is not None:
+            Lease(self._limits.counters, self._limits.who(self._scope), self._slot).release(tokens)
+            self._slot = None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

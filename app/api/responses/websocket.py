@@ -272,7 +272,7 @@ class Session:
                 previous = body.previous_response_id
                 check_model(self.ws, body.model)
                 if self.limits is not None:  # the key's rate limits: every message is a request
-                    self.limits.admit()
+                    await self.limits.admit()
                     admitted = True
                 run = await self.service.create(body, self.who, self.dialect, seen=seen.append)
             except GatewayError as exc:
