@@ -27,6 +27,7 @@ from app.config import GatewayConfig, load_config
 from app.engine.admission import Admission
 from app.engine.engine import Engine
 from app.engine.registry import Registry
+from app.engine.signals import RedisSignals
 from app.formats.harmony.vocab import harmony_encoding
 from app.http import errors, openapi, routes_meta
 from app.http.auth import AuthMiddleware
@@ -70,13 +71,24 @@ def create_app(config: GatewayConfig | None = None,
         code = cfg.tools.code_interpreter
         sandbox = (Sandbox(code.url.rstrip("/"), httpx.AsyncClient(
             timeout=httpx.Timeout(code.timeout, connect=10.0)), code.token) if code.url else None)
-        app.state.responses = ResponsesService(engine, store, conversations, search, sandbox)
+        signals = RedisSignals(app.state.redis) if getattr(app.state, "redis", None) is not None else None
+        app.state.responses = ResponsesService(engine, store, conversations, search, sandbox, signals)
+
+        def cancel_here(run_id: str) -> None:  # a cancel published by another replica
+            run = engine.find(run_id)
+            if run is not None:
+                run.cancel()
+
+        listener = (asyncio.get_running_loop().create_task(signals.listen(cancel_here))
+                    if signals is not None else None)
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:
             yield
         finally:
             heartbeat.cancel()
+            if listener is not None:
+                listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await stores.close()
             if getattr(app.state, "redis", None) is not None:

@@ -23,13 +23,14 @@ from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
-from app.core.errors import InvalidRequest, ModelNotFound, NotFound
+from app.core.errors import InvalidRequest, ModelNotFound, NotFound, Overloaded
 from app.core.ids import random_id
 from app.engine.count import TokenCount
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
+from app.engine.signals import LocalSignals, Signals
 from app.items import compact, file_jobs
 from app.items.messages import new_input_items
 from app.items.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
@@ -146,8 +147,10 @@ class ResponsesService:
 
     def __init__(self, engine: Engine, store: ResponseStore,
                  conversations: ConversationStore | None = None,
-                 search: SearchProvider | None = None, sandbox: Sandbox | None = None) -> None:
+                 search: SearchProvider | None = None, sandbox: Sandbox | None = None,
+                 signals: Signals | None = None) -> None:
         self.engine = engine
+        self.signals: Signals = signals if signals is not None else LocalSignals()  # runs on other replicas
         self.search = search  # the web_search provider ([tools.web_search]); None: not run
         self.sandbox = sandbox  # the code interpreter's service ([tools.code_interpreter]); None: not run
         self.runs = frozenset(name for name, there in (("web_search", search), ("code_interpreter", sandbox))
@@ -311,6 +314,20 @@ class ResponsesService:
         return await self.engine.count(RunRequest(model, conv, generation_params(create, self.runs),
                                                   truncate=body.truncation == "auto"))
 
+    async def _cancel_elsewhere(self, response_id: str, who: Principal) -> Json:
+        """The run is another replica's: signal it, then wait (5 s at most) for its owner to
+        store the end."""
+        await self.signals.cancel(response_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            stored = await self._stored(response_id, who)
+            if stored.resource["status"] not in ("queued", "in_progress"):
+                return stored.resource
+        raise Overloaded(f"The replica running response {response_id!r} did not confirm the cancel; "
+                         "try again.", retry_after=1.0)
+
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:
         """A ``CompactResource`` for the context (:mod:`.compact`): nothing is stored."""
         self.registry.route(body.model)
@@ -379,6 +396,8 @@ class ResponsesService:
         run = self._inflight(response_id, who)
         if run is None:
             stored = await self._stored(response_id, who)
+            if stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
+                return await self._cancel_elsewhere(response_id, who)
             raise InvalidRequest(f"Response {response_id!r} is not in progress (status "
                                  f"{stored.resource['status']!r}); only in-flight responses can be "
                                  "cancelled.", param="response_id")

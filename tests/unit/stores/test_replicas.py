@@ -1,9 +1,11 @@
 """Two gateways on one PostgreSQL (``[store] url``): a response made on one is read,
-continued, listed and deleted on the other; a conversation grows from both.  (Limits,
-cancel and stream resume across replicas need Redis: issue 28, not yet.)"""
+continued, listed and deleted on the other; a conversation grows from both; with Redis too,
+a cancel on one stops the run on the other.  (Stream resume across replicas: not yet.)"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +15,8 @@ import pytest
 
 from tests.support.gateway import MODEL, config, gateway
 from tests.support.postgres import postgres_cluster, postgres_server
+from tests.support.redis_server import redis_server
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.switch_model import Switch, answer
 
 
@@ -84,3 +88,27 @@ async def test_the_database_going_away_is_a_503_and_coming_back_is_recovery(tmp_
             pg.start()
             back = await c.get(f"/v1/responses/{first['id']}")
             assert back.status_code == 200 and back.json()["output"] == first["output"]
+
+
+async def test_a_cancel_on_one_replica_stops_the_run_on_another(postgres: str, tmp_path: Any) -> None:
+    """A background response runs on A (an upstream that never ends); ``POST .../cancel`` lands
+    on B: published on Redis, A cancels its run and stores the end, B answers with it."""
+    url = await database(postgres)
+    upstream = EndlessUpstream()
+    with redis_server() as redis:
+        def both(path: str) -> Any:
+            c = on(url, tmp_path / path)
+            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
+
+        async with gateway(endless_transport(upstream), both("a.sqlite3")) as a, \
+                gateway(Switch(answer("x")).transport(), both("b.sqlite3")) as b:
+            r = await a.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
+            rid = r.json()["id"]
+            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+            await asyncio.sleep(0.2)  # A's listener is subscribed by now
+            t0 = time.monotonic()
+            cancelled = await b.post(f"/v1/responses/{rid}/cancel")
+            assert cancelled.status_code == 200, cancelled.text
+            assert cancelled.json()["status"] == "cancelled" and time.monotonic() - t0 < 1.0
+            assert upstream.closed_at is not None  # A closed its upstream request
+            assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
