@@ -55,6 +55,17 @@ def test_compose_references_exist_and_configs_load() -> None:
     hosts = {httpx.URL(u).host for m in cfg.models.values() for u in m.base_urls}
     assert hosts == {"llamacpp", "vllm", "ollama"}, "every backend service must be routed to"
     assert cfg.tools.code_interpreter.url == "http://sandbox:8090"
+    # The "scale" profile: three identical replicas on PostgreSQL + Redis behind nginx.
+    replicas = [services[f"replica-{n}"] for n in (1, 2, 3)]
+    assert all(r["profiles"] == ["scale"] and r["image"] == "ocm-gateway:latest" for r in replicas)
+    assert {"postgres", "redis", "llamacpp"} <= set(replicas[0]["depends_on"])
+    url = replicas[0]["environment"]["OCMGW__store__url"]
+    scale = load_config(ROOT / "docker" / "gateway-scale.toml", env={"OCMGW__store__url": url})
+    assert scale.store.url is not None and httpx.URL(scale.store.url.replace("${OCM_PG_PASSWORD:-change-me}",
+                                                                             "x")).host == "postgres"
+    assert scale.redis.url == "redis://redis:6379/0" and scale.models.keys() == cfg.models.keys()
+    nginx = (ROOT / "docker" / "nginx.conf").read_text()
+    assert all(f"server replica-{n}:8000" in nginx for n in (1, 2, 3)) and "proxy_buffering off" in nginx
     assert "bubblewrap" in (ROOT / "Dockerfile").read_text()
     assert "name" not in compose, "a top-level name: breaks Compose v1"
     assert "not in this release" not in (ROOT / "compose.yaml").read_text()
@@ -100,6 +111,7 @@ def test_docker_compose_config_validates(version: str) -> None:
             pytest.fail(f"Compose {version} must be installed in CI (.ci/run installs it)")
         pytest.skip(f"Compose {version} not installed here")
     env = {**os.environ, "GGUF_MODEL": "x.gguf"}
-    for profile in ([], ["--profile", "gpu", "--profile", "ollama", "--profile", "metrics"]):
+    for profile in ([], ["--profile", "gpu", "--profile", "ollama", "--profile", "metrics"],
+                    ["--profile", "scale"]):
         subprocess.run([exe, "-f", str(ROOT / "compose.yaml"), *profile, "config", "-q"], check=True,
                        cwd=ROOT, timeout=60, env=env)
