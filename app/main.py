@@ -81,6 +81,8 @@ def create_app(config: GatewayConfig | None = None,
 
         listener = (asyncio.get_running_loop().create_task(signals.listen(cancel_here))
                     if signals is not None else None)
+        if signals is not None:  # background runs' events, for readers on other replicas
+            engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         try:

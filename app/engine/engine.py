@@ -23,6 +23,7 @@ from app.engine.count import TokenCount, count_tokens
 from app.engine.generation import ModelRoute, Prepared, open_stream, prepare
 from app.engine.loop import LoopLimits, agent_loop
 from app.engine.registry import Registry
+from app.engine.replay import Mirror
 from app.engine.run import Encoder, Json, Mode, Run, RunHooks
 from app.tools.base import Toolbox
 
@@ -57,6 +58,7 @@ class Engine:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.runs: dict[str, Run] = {}
+        self.mirror: Callable[[str], Mirror] | None = None  # set with [redis]: app/engine/signals.py
 
     async def plan(self, request: RunRequest) -> tuple[Plan, Prepared]:
         route = self.registry.route(request.model)
@@ -64,6 +66,12 @@ class Engine:
         prepared = await prepare(route, request.conversation, params, truncate=request.truncate)
         effort = params.reasoning_effort or route.default_reasoning_effort
         return Plan(route, prepared.params, effort, prepared.dropped_messages), prepared
+
+    def _mirrored(self, run: Run) -> Run:
+        """A background run's events copied for readers on other replicas (``mirror``)."""
+        if run.replay is not None and self.mirror is not None:
+            run.replay.mirror = self.mirror(run.id)
+        return run
 
     async def count(self, request: RunRequest) -> TokenCount:
         """The tokens of the prompt this request would send (planned, never opened)."""
@@ -111,7 +119,7 @@ class Engine:
                 await toolbox.aclose()  # the loop owns it only once it has started
                 raise
         plan, prepared = await self.plan(request)
-        run = Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs)
+        run = self._mirrored(Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs))
         if mode == "background":
             if hooks is not None:
                 await hooks.started(run)
@@ -132,7 +140,7 @@ class Engine:
         """A run with hosted tools: its first generation opens here (errors before the first
         chunk stay HTTP errors) unless approved calls must run first; the loop does the rest."""
         plan, prepared = await self.plan(request)
-        run = Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs)
+        run = self._mirrored(Run(run_id, request.model, owner, encoder(plan), mode, hooks, self.runs))
         params = self.registry.with_defaults(request.model, request.params)
 
         async def events() -> AsyncIterator[ev.Event]:

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.errors import GatewayError
 
 Json = dict[str, Any]
+
+
+class Mirror(Protocol):
+    def push(self, payload: Json) -> None: ...
+
+    def end(self) -> None: ...
 
 
 def _seq(payload: Json) -> int:
@@ -34,6 +40,7 @@ class Replay:
         self.events: list[Json] = events if events is not None else []
         self.ended = ended
         self._readers: set[asyncio.Queue[Json | None]] = set()
+        self.mirror: Mirror | None = None  # a copy for readers on other replicas (signals.py)
 
     @classmethod
     def finished(cls, events: list[Json]) -> Replay:
@@ -43,9 +50,13 @@ class Replay:
         self.events.append(payload)
         for queue in self._readers:
             queue.put_nowait(payload)
+        if self.mirror is not None:
+            self.mirror.push(payload)
 
     def end(self) -> None:
         self.ended = True
+        if self.mirror is not None:
+            self.mirror.end()
         for queue in self._readers:
             queue.put_nowait(None)
         self._readers.clear()

@@ -30,7 +30,7 @@ from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
-from app.engine.signals import LocalSignals, Signals
+from app.engine.signals import LocalSignals, RemoteReader, Signals
 from app.items import compact, file_jobs
 from app.items.messages import new_input_items
 from app.items.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
@@ -362,7 +362,8 @@ class ResponsesService:
             cursor = str(batch[-1]["id"])
         return out[:limit], len(out) > limit
 
-    async def follow(self, response_id: str, who: Principal, after: int | None) -> ReplayReader:
+    async def follow(self, response_id: str, who: Principal, after: int | None,
+                     ) -> ReplayReader | RemoteReader:
         """A background response's events after sequence number ``after``: live while it runs
         in this process, from the store once it has ended (see :mod:`app.engine.replay`)."""
         run = self._inflight(response_id, who)
@@ -371,8 +372,10 @@ class ResponsesService:
         stored = await self._stored(response_id, who)
         events = await self.store.get_events(response_id, who.tenant)
         if events is None:
-            if run is None and stored.resource.get("background") and stored.resource.get("status") in (
-                    "queued", "in_progress"):
+            running = stored.resource.get("status") in ("queued", "in_progress")
+            if run is None and stored.resource.get("background") and running and self.signals.shared:
+                return self.signals.follow(response_id, after)
+            if run is None and stored.resource.get("background") and running:
                 raise InvalidRequest(f"Response {response_id!r} is running in another gateway "
                                      "process; its events can be streamed from there or after "
                                      "it ends.", param="stream", code="not_resumable_here")

@@ -5,6 +5,7 @@ a cancel on one stops the run on the other.  (Stream resume across replicas: not
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -112,3 +113,42 @@ async def test_a_cancel_on_one_replica_stops_the_run_on_another(postgres: str, t
             assert cancelled.json()["status"] == "cancelled" and time.monotonic() - t0 < 1.0
             assert upstream.closed_at is not None  # A closed its upstream request
             assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+
+
+async def test_a_stream_resumes_on_another_replica(postgres: str, tmp_path: Any) -> None:
+    """``GET /v1/responses/{id}?stream=true&starting_after=N`` on B follows the background run
+    A owns, live, from its Redis copy: no gap, no duplicate, one terminal event; the same
+    events A stores at the end."""
+    url = await database(postgres)
+    upstream = EndlessUpstream()
+    with redis_server() as redis:
+        def both(path: str) -> Any:
+            c = on(url, tmp_path / path)
+            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
+
+        async with gateway(endless_transport(upstream), both("a.sqlite3")) as a, \
+                gateway(Switch(answer("x")).transport(), both("b.sqlite3")) as b:
+            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                        "background": True})).json()["id"]
+            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+
+            async def follow() -> list[Any]:
+                async with b.stream("GET", f"/v1/responses/{rid}", params={"stream": "true",
+                                                                            "starting_after": "2"}) as r:
+                    assert r.status_code == 200
+                    return [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
+                            if line.startswith("data: ") and line != "data: [DONE]"]
+
+            reader = asyncio.ensure_future(follow())
+            await asyncio.sleep(0.5)  # B is following live
+            assert (await a.post(f"/v1/responses/{rid}/cancel")).status_code == 200
+            events = await asyncio.wait_for(reader, 10)
+            seqs = [e["sequence_number"] for e in events]
+            assert seqs == list(range(3, 3 + len(seqs))) and len(seqs) > 3  # no gap, no duplicate
+            kinds = [e["type"] for e in events]
+            assert kinds[-1] == "response.failed" and sum(k.startswith("response.failed") for k in kinds) == 1
+            async with a.stream("GET", f"/v1/responses/{rid}", params={"stream": "true",
+                                                                        "starting_after": "2"}) as r:
+                stored = [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
+                          if line.startswith("data: ") and line != "data: [DONE]"]
+            assert stored == events  # what B followed live is what A stored
