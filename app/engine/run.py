@@ -115,6 +115,11 @@ class Run:
             if self._cancel_pending:
                 raise asyncio.CancelledError
             self._emit(encoder.start())
+            if self.mode == "background" and self.hooks is not None:
+                try:  # queued → in_progress, as every replica reading the store sees it
+                    await self.hooks.started(self)
+                except Exception:
+                    log.exception("run %s: could not store that it started", self.id)
             if stream is None and not isinstance(source, AsyncIterator):
                 stream = await source
             assert stream is not None

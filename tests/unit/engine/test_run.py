@@ -160,7 +160,8 @@ async def test_a_background_run_survives_its_waiter_and_opens_its_stream_itself(
     waiter.cancel()
     await run.finished(within=5)
     assert enc.result()["status"] == "completed" and registry == {}
-    assert hooks.calls == [("ended", "completed")]
+    # stored again once it generates (queued → in_progress: what other replicas read), then its end
+    assert hooks.calls == [("started", "in_progress"), ("ended", "completed")]
 
 
 async def test_batches_hold_what_was_produced_together_and_nothing_is_lost() -> None:
