@@ -127,6 +127,11 @@ class StoreSettings(_Strict):
     # lost_after_seconds (its process died) reads back as failed with code run_lost.
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     lost_after_seconds: float = Field(default=30.0, gt=0)
+    # Retention (None: kept until deleted): what is older is deleted by a job every replica
+    # runs every cleanup_seconds (on PostgreSQL one replica at a time does the work).
+    response_ttl_seconds: float | None = Field(default=None, gt=0)
+    conversation_ttl_seconds: float | None = Field(default=None, gt=0)
+    cleanup_seconds: float = Field(default=3600.0, gt=0)
 
 
 class LimitSettings(_Strict):

@@ -35,7 +35,7 @@ from app.http.counters import RedisCounters
 from app.http.limits import LimitsMiddleware
 from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
-from app.stores import open_stores
+from app.stores import open_stores, retain
 from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex
 
@@ -85,10 +85,12 @@ def create_app(config: GatewayConfig | None = None,
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
+        retention = asyncio.get_running_loop().create_task(retain(stores, cfg.store))
         try:
             yield
         finally:
             heartbeat.cancel()
+            retention.cancel()
             if listener is not None:
                 listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes

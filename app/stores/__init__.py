@@ -3,14 +3,20 @@ SQLite implementations (the embedded default) and an in-memory one (:mod:`.memor
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiosqlite
 
+from app.config import StoreSettings
 from app.stores.base import ConversationStore, ResponseStore
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
+
+log = logging.getLogger("ocm_gateway")
 
 
 @dataclass
@@ -43,3 +49,25 @@ async def open_stores(path: str, url: str | None = None) -> Stores:
     pool = await open_pool(url)
     return Stores(PostgresResponseStore(pool), PostgresConversationStore(pool), local.connection,
                   [pool.close, local.close])
+
+
+async def retain(stores: Stores, settings: StoreSettings) -> None:
+    """Run for the life of the process: every ``settings.cleanup_seconds``, delete responses and
+    conversations older than their TTL (``[store] response_ttl_seconds`` /
+    ``conversation_ttl_seconds``; unset: kept)."""
+    if settings.response_ttl_seconds is None and settings.conversation_ttl_seconds is None:
+        return
+    while True:
+        now = time.time()
+        try:
+            if settings.response_ttl_seconds is not None:
+                gone = await stores.responses.expire(int(now - settings.response_ttl_seconds))
+                if gone:
+                    log.info("retention: %d responses deleted", gone)
+            if settings.conversation_ttl_seconds is not None:
+                gone = await stores.conversations.expire(int(now - settings.conversation_ttl_seconds))
+                if gone:
+                    log.info("retention: %d conversations deleted", gone)
+        except Exception as exc:  # the store is down: next round
+            log.warning("retention: %s", exc)
+        await asyncio.sleep(settings.cleanup_seconds)

@@ -28,6 +28,10 @@ events for readers after its end.  ``delete`` removes the response and its event
 adds items after its last one, all or none, and is safe against concurrent appends (no item
 is lost) and against a concurrent delete (no orphans); ``items`` is the whole list oldest
 first; ``item`` the latest item with that id; ``delete_item`` removes every item with it.
+
+Retention: ``expire`` deletes what was created before a time (``[store]
+response_ttl_seconds`` / ``conversation_ttl_seconds``); every replica may run it at once
+without doing the work twice (PostgreSQL: one of them at a time, under an advisory lock).
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ class ResponseStore(Protocol):
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[Json] | None: ...
 
+    async def expire(self, created_before: int) -> int:
+        """Delete every response (and its events) created before this Unix time; how many."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -91,5 +99,9 @@ class ConversationStore(Protocol):
     async def item(self, conversation_id: str, owner: str, item_id: str) -> Json | None: ...
 
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool: ...
+
+    async def expire(self, created_before: int) -> int:
+        """Delete every conversation (and its items) created before this Unix time; how many."""
+        ...
 
     async def close(self) -> None: ...

@@ -82,6 +82,13 @@ class MemoryResponseStore:
         mine = [(rid, row.resource) for rid, row in self._rows.items() if row.owner == owner]
         return _page(mine, limit, after, ascending)
 
+    async def expire(self, created_before: int) -> int:
+        old = [rid for rid, row in self._rows.items() if int(row.resource["created_at"]) < created_before]
+        for rid in old:
+            del self._rows[rid]
+            self._events.pop(rid, None)
+        return len(old)
+
     async def close(self) -> None:
         return None
 
@@ -159,6 +166,12 @@ class MemoryConversationStore:
         removed = len(kept) < len(row.items)
         row.items = kept
         return removed
+
+    async def expire(self, created_before: int) -> int:
+        old = [cid for cid, row in self._rows.items() if row.created_at < created_before]
+        for cid in old:
+            del self._rows[cid]
+        return len(old)
 
     async def close(self) -> None:
         return None

@@ -104,6 +104,20 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     return pool
 
 
+_RESPONSES_LOCK, _CONVERSATIONS_LOCK = _LOCK_KEY + 1, _LOCK_KEY + 2
+
+
+async def _expire(pool: asyncpg.Pool, lock: int, statements: list[str], created_before: int) -> int:
+    """Run the retention deletes unless another replica is running them right now (then 0)."""
+    async with _guard(), pool.acquire() as conn, conn.transaction():
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
+            return 0
+        status = ""
+        for statement in statements:
+            status = await conn.execute(statement, created_before)
+        return int(status.rsplit(" ", 1)[-1] or 0)
+
+
 class PostgresResponseStore:
     """:class:`~app.stores.base.ResponseStore` on PostgreSQL."""
 
@@ -158,6 +172,11 @@ class PostgresResponseStore:
             return None
         events: list[Json] = orjson.loads(zlib.decompress(blob))
         return events
+
+    async def expire(self, created_before: int) -> int:
+        return await _expire(self._pool, _RESPONSES_LOCK, [
+            "DELETE FROM response_events WHERE id IN (SELECT id FROM responses WHERE created_at < $1)",
+            "DELETE FROM responses WHERE created_at < $1"], created_before)
 
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[Json] | None:
@@ -270,6 +289,12 @@ class PostgresConversationStore:
                 "SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
                 "AND item_id = $3 ORDER BY seq DESC LIMIT 1", conversation_id, owner, item_id)
         return None if blob is None else dict(orjson.loads(blob))
+
+    async def expire(self, created_before: int) -> int:
+        return await _expire(self._pool, _CONVERSATIONS_LOCK, [
+            "DELETE FROM conversation_items WHERE conversation_id IN "
+            "(SELECT id FROM conversations WHERE created_at < $1)",
+            "DELETE FROM conversations WHERE created_at < $1"], created_before)
 
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool:
         async with _guard():

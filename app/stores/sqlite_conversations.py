@@ -163,6 +163,13 @@ class SqliteConversationStore:
             row = await cur.fetchone()
         return None if row is None else dict(orjson.loads(row[0]))
 
+    async def expire(self, created_before: int) -> int:
+        async with transaction(self._db) as db:
+            await db.execute("DELETE FROM conversation_items WHERE conversation_id IN "
+                             "(SELECT id FROM conversations WHERE created_at < ?)", (created_before,))
+            cur = await db.execute("DELETE FROM conversations WHERE created_at < ?", (created_before,))
+        return cur.rowcount or 0
+
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool:
         async with transaction(self._db) as db:
             cur = await db.execute(

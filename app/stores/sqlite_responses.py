@@ -141,6 +141,13 @@ class SqliteResponseStore:
         events: list[dict[str, Any]] = orjson.loads(zlib.decompress(row[0]))
         return events
 
+    async def expire(self, created_before: int) -> int:
+        async with transaction(self._db) as db:
+            await db.execute("DELETE FROM response_events WHERE id IN "
+                             "(SELECT id FROM responses WHERE created_at < ?)", (created_before,))
+            cur = await db.execute("DELETE FROM responses WHERE created_at < ?", (created_before,))
+        return cur.rowcount or 0
+
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[dict[str, Any]] | None:
         """Up to ``limit`` of ``owner``'s resources in creation order (rowid; newest first unless

@@ -109,6 +109,9 @@ class SocketStore:
                    ) -> list[StoreJson] | None:
         return await self.shared.page(owner, limit=limit, after=after, ascending=ascending)
 
+    async def expire(self, created_before: int) -> int:
+        return await self.shared.expire(created_before)
+
     async def close(self) -> None:
         return None  # the shared store is the application's
 

@@ -189,3 +189,33 @@ async def test_postgres_down_is_a_503_not_a_miss(postgres: str) -> None:
     with pytest.raises(StoreUnavailable) as failure:
         await store.get("r1", "alice")
     assert failure.value.status == 503
+
+
+async def test_response_retention_deletes_what_is_older(responses: ResponseStore) -> None:
+    for rid, created in (("old1", 100), ("old2", 199), ("new", 300)):
+        await responses.put({**response(rid), "created_at": created}, [], "alice")
+    await responses.put_events("old1", "alice", [{"type": "x"}])
+    assert await responses.expire(200) == 2
+    assert await responses.get("old1", "alice") is None
+    assert await responses.get_events("old1", "alice") is None
+    assert await responses.get("new", "alice") is not None
+    assert await responses.expire(200) == 0
+
+
+async def test_conversation_retention_deletes_what_is_older(conversations: ConversationStore) -> None:
+    await conversations.create("c-old", "alice", 100, {}, [{"id": "a"}])
+    await conversations.create("c-new", "alice", 300, {}, [{"id": "b"}])
+    assert await conversations.expire(200) == 1
+    assert await conversations.get("c-old", "alice") is None
+    assert await conversations.items("c-old", "alice") == []
+    assert await conversations.get("c-new", "alice") is not None
+
+
+async def test_postgres_retention_runs_once_across_replicas(postgres: str) -> None:
+    pool = await _fresh(postgres)
+    stores = [PostgresResponseStore(pool) for _ in range(4)]  # four replicas' stores
+    for n in range(200):
+        await stores[0].put({**response(f"r{n}"), "created_at": 100}, [], "alice")
+    deleted = await asyncio.gather(*(s.expire(200) for s in stores))
+    assert sum(deleted) == 200  # each row deleted once; busy replicas skipped the round
+    await pool.close()
