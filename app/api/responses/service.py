@@ -21,6 +21,7 @@ from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
+from app.api.responses.tools import expand_hosted
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound, Overloaded
@@ -262,6 +263,7 @@ class ResponsesService:
             conv = replace(conv, tools=(*conv.tools, *hosted.toolbox.functions))
             if isinstance(body.tool_choice, SpecificHosted):
                 params = replace(params, tool_choice=ToolChoice("required", hosted.forced(body.tool_choice)))
+            params = replace(params, tool_choice=expand_hosted(params.tool_choice, hosted.forced))
         browser = hosted.browser if hosted is not None else None
         sources = "web_search_call.action.sources" in (body.include or [])
 

@@ -31,6 +31,7 @@ used by the encoder and by input items), and the echo.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -171,6 +172,23 @@ def request_tools(tools: Sequence[Any] | None, runs: frozenset[str] = frozenset(
                         web_search, code)
 
 
+HOSTED = "hosted:"  # an allowed_tools entry naming a hosted tool, expanded once it is open
+
+
+def expand_hosted(choice: ToolChoice, forced: Any) -> ToolChoice:
+    """``choice`` with its hosted entries (``HOSTED`` + the wire entry) replaced by the
+    model-facing names ``forced(entry)`` gives."""
+    if choice.allowed is None or not any(n.startswith(HOSTED) for n in choice.allowed):
+        return choice
+    names: list[str] = []
+    for name in choice.allowed:
+        if name.startswith(HOSTED):
+            names += forced(wire.SpecificHosted.model_validate(json.loads(name[len(HOSTED):])))
+        else:
+            names.append(name)
+    return ToolChoice(choice.mode, tuple(dict.fromkeys(names)))
+
+
 def runs_hosted(choice: Any, tools: RequestTools) -> bool:
     """Whether a hosted ``tool_choice`` names a tool this request has the gateway run."""
     kind = getattr(choice, "type", None)
@@ -211,14 +229,20 @@ def tool_choice(choice: Any, tools: RequestTools) -> ToolChoice:
         assert name is not None
         return ToolChoice("required", (name,))
     if isinstance(choice, wire.AllowedTools):
-        names = [_named(t, tools, f"tool_choice.tools[{i}]") for i, t in enumerate(choice.tools)]
-        allowed = tuple(dict.fromkeys(n for n in names if n is not None))  # hosted ones never run
+        names: list[str | None] = []
+        for i, t in enumerate(choice.tools):
+            if isinstance(t, wire.SpecificHosted) and runs_hosted(t, tools):
+                names.append(HOSTED + json.dumps(t.model_dump(), sort_keys=True))
+            else:
+                names.append(_named(t, tools, f"tool_choice.tools[{i}]"))
+        allowed = tuple(dict.fromkeys(n for n in names if n is not None))  # hosted ones not run: dropped
         if choice.mode == "required" and not allowed:
-            raise InvalidRequest("allowed_tools in required mode lists only hosted tools, which this "
-                                 "gateway does not run.", param="tool_choice.tools",
+            raise InvalidRequest("allowed_tools in required mode lists only hosted tools this request "
+                                 "does not have the gateway run.", param="tool_choice.tools",
                                  code="unsupported_tool_choice")
         return ToolChoice(choice.mode, allowed)
-    if choice == "required" and not tools.tools:
+    hosted = tools.mcp or tools.web_search is not None or tools.code_interpreter is not None
+    if choice == "required" and not tools.tools and not hosted:
         raise InvalidRequest("tool_choice 'required' needs at least one tool the model can call "
                              "(hosted tools are not run by this gateway).", param="tool_choice")
     return ToolChoice(choice)

@@ -185,3 +185,22 @@ async def test_websocket_mode_and_background_run_the_loop(tmp_path: Path) -> Non
             await asyncio.sleep(0.02)
     assert got["status"] == "completed"
     assert [i["type"] for i in got["output"]] == ["reasoning", "web_search_call", "message"]
+
+
+async def test_allowed_tools_can_name_web_search(tmp_path: Path) -> None:
+    """``allowed_tools`` naming the hosted tool: required mode forces a browser call (the
+    client function it does not list is not among the forced names); a plain "required" with
+    only a hosted tool on offer is accepted."""
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    model = Switch('browser.search <|constrain|>json<|message|>{"query":"agentic loop"}<|call|>',
+                   ("Search results for", answer("Done.")))
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        r = await c.post("/v1/responses", json={
+            "model": MODEL, "input": "x", "tools": [{"type": "web_search"}, weather],
+            "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]}})
+        plain = await c.post("/v1/responses", json={"model": MODEL, "input": "x", "tool_choice": "required",
+                                                     "tools": [{"type": "web_search"}]})
+    assert r.status_code == 200, r.text
+    assert model.prompts[0].endswith("<|channel|>commentary to=")  # forced, into the browser
+    assert [i["type"] for i in r.json()["output"]] == ["web_search_call", "message"]
+    assert plain.status_code == 200, plain.text
