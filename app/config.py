@@ -211,6 +211,11 @@ class WebSearchSettings(_Strict):
 
     documents: str | None = None  # a JSONL file or a folder of .jsonl / .html / .md / .txt
     index: str | None = None  # where the built index lives (default: the system's temp directory)
+    # or an MCP server that offers search (a label of [tools.mcp.servers]; app/tools/search_mcp.py)
+    mcp_server: str | None = None
+    mcp_search_tool: str = "search"  # called with {"query": ...}
+    mcp_open_tool: str | None = None  # called with {"url": ...}; unset: pages cannot be opened
+    mcp_external: bool = True  # whether it searches the live web (external_web_access: false refuses)
 
 
 class CodeInterpreterSettings(_Strict):

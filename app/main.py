@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
@@ -37,7 +36,7 @@ from app.http.observe import ObserveMiddleware
 from app.metrics import Metrics
 from app.stores import open_stores, retain
 from app.tools.code import Sandbox
-from app.tools.search_index import OfflineIndex
+from app.tools.search_index import OfflineIndex, open_search
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -65,9 +64,7 @@ def create_app(config: GatewayConfig | None = None,
         store, conversations = stores.responses, stores.conversations
         app.state.chat_store = await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
-        web = cfg.tools.web_search
-        search = (await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
-                  if web.documents else None)
+        search = await open_search(cfg.tools)
         code = cfg.tools.code_interpreter
         sandbox = (Sandbox(code.url.rstrip("/"), httpx.AsyncClient(
             timeout=httpx.Timeout(code.timeout, connect=10.0)), code.token) if code.url else None)
@@ -97,7 +94,7 @@ def create_app(config: GatewayConfig | None = None,
             await stores.close()
             if getattr(app.state, "redis", None) is not None:
                 await app.state.redis.aclose()
-            if search is not None:
+            if isinstance(search, OfflineIndex):
                 search.close()
             if sandbox is not None:
                 await sandbox.client.aclose()

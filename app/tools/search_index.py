@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
-from app.tools.search import Hit, Page, in_domains
+from app.config import ToolSettings
+from app.tools.search import Hit, Page, SearchProvider, in_domains
 
 log = logging.getLogger("ocm_gateway")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -258,3 +259,24 @@ class OfflineIndex:
 
     def close(self) -> None:
         self._db.close()
+
+
+async def open_search(settings: ToolSettings) -> SearchProvider | None:
+    """The configured web search provider: the offline index of ``documents``, or an MCP server
+    (``mcp_server``); None when neither is set."""
+    web = settings.web_search
+    if web.documents:
+        return await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
+    if web.mcp_server:
+        configured = settings.mcp.servers.get(web.mcp_server)
+        if configured is None:
+            raise ValueError(f"[tools.web_search] mcp_server = {web.mcp_server!r} names no "
+                             "[tools.mcp.servers] entry")
+        from app.tools.mcp import McpServer
+        from app.tools.search_mcp import McpSearch
+
+        server = McpServer(web.mcp_server, configured.url, dict(configured.headers))
+        return McpSearch(server, web.mcp_search_tool, web.mcp_open_tool, external=web.mcp_external,
+                         connect_timeout=settings.connect_timeout, call_timeout=settings.call_timeout,
+                         max_output_chars=settings.max_output_chars)
+    return None

@@ -39,6 +39,21 @@ def echo(message: str) -> str:
     return f"Echo: {message}"
 
 
+@server.tool(description="Search the web.")
+def search(query: str) -> str:
+    # the shape search MCP servers commonly answer in: a numbered list, title - URL, snippet
+    return (f"Results for {query}:\n"
+            "1. Open Responses - https://www.openresponses.org/\n"
+            "   An open specification; the agentic loop is its core principle.\n"
+            "2. [vLLM docs](https://docs.vllm.ai/en/latest/)\n"
+            "   Serving with an OpenAI-compatible server.\n")
+
+
+@server.tool(description="Fetch a page.")
+def fetch(url: str) -> str:
+    return f"The page {url} says: the agentic loop samples, runs tools and samples again."
+
+
 @server.tool(description="The weather in a city.")
 def weather(city: str) -> str:
     return f"It is 21 degrees and sunny in {city}."
