@@ -5,7 +5,9 @@
   in cooldown unless every replica is.
 * **Failover before the first byte**: a replica that refuses the connection, answers
   5xx or times out before its first stream event is put in cooldown and the request is
-  retried on another one (bounded attempts, exponential backoff).  Nothing is retried
+  retried on another one (bounded attempts, exponential backoff).  A pool's ``on_fail`` is
+  told of each cooldown, and :meth:`ReplicaPool.cool` applies one learned elsewhere (gateway
+  replicas share them through Redis: :mod:`app.engine.signals`).  Nothing is retried
   once an event has been received: by then bytes may already have reached the client.
 * **First-byte timeout**: waiting longer than ``first_byte_timeout`` for the first event,
   over all attempts together, is a 504; ``attempt_timeout`` abandons one silent replica
@@ -47,6 +49,8 @@ class ReplicaPool:
     urls: list[str]
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     replicas: list[Replica] = field(init=False)
+    # told of every cooldown this pool starts (url, seconds): gateway replicas share them
+    on_fail: Callable[[str, float], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.urls:
@@ -62,6 +66,15 @@ class ReplicaPool:
 
     def fail(self, replica: Replica) -> None:
         replica.cooldown_until = time.monotonic() + self.policy.cooldown
+        if self.on_fail is not None:
+            self.on_fail(replica.url, self.policy.cooldown)
+
+    def cool(self, url: str, seconds: float) -> None:
+        """Another gateway replica found ``url`` failing: skip it here too for ``seconds``."""
+        until = time.monotonic() + seconds
+        for replica in self.replicas:
+            if replica.url == url.rstrip("/") and replica.cooldown_until < until:
+                replica.cooldown_until = until
 
 
 def _retryable(exc: GatewayError) -> bool:

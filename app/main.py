@@ -76,8 +76,10 @@ def create_app(config: GatewayConfig | None = None,
             if run is not None:
                 run.cancel()
 
-        listener = (asyncio.get_running_loop().create_task(signals.listen(cancel_here))
+        listener = (asyncio.get_running_loop().create_task(signals.listen(cancel_here, registry.cool))
                     if signals is not None else None)
+        if signals is not None:  # upstream replicas found failing: every gateway skips them
+            registry.share_cooldowns(signals.cooldown)
         if signals is not None:  # background runs' events, for readers on other replicas
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations

@@ -13,7 +13,7 @@ from adapters.base import Backend
 from adapters.llamacpp import LlamaCppBackend
 from adapters.ollama import OllamaBackend
 from adapters.openai_chat import OpenAIChatBackend
-from adapters.routing import RetryPolicy
+from adapters.routing import ReplicaPool, RetryPolicy
 from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.core.conversation import GenerationParams
@@ -135,6 +135,19 @@ class Registry:
                 default_reasoning_effort=cfg.defaults.reasoning_effort or "medium",
                 admission=self.admission,
             )
+
+    def pools(self) -> list[ReplicaPool]:
+        """The upstream replica pools of every model (one per backend)."""
+        found = (getattr(route.backend, "pool", None) for route in self.routes.values())
+        return list({id(p): p for p in found if isinstance(p, ReplicaPool)}.values())
+
+    def share_cooldowns(self, publish: Callable[[str, float], None]) -> None:
+        for pool in self.pools():
+            pool.on_fail = publish
+
+    def cool(self, url: str, seconds: float) -> None:
+        for pool in self.pools():
+            pool.cool(url, seconds)
 
     def route(self, model: str) -> ModelRoute:
         try:

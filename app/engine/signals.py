@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ import orjson
 log = logging.getLogger("ocm_gateway")
 Json = dict[str, Any]
 CHANNEL = "ocm:runs:cancel"
+COOLDOWNS = "ocm:upstream:cooldown"  # {"url", "seconds"}: an upstream replica found failing
 
 
 class Signals(Protocol):
@@ -34,8 +36,10 @@ class Signals(Protocol):
         """A reader of another replica's run (only when ``shared``)."""
         ...
 
-    async def listen(self, on_cancel: Callable[[str], None]) -> None:
-        """Run until cancelled, calling ``on_cancel(run_id)`` for every cancel heard."""
+    async def listen(self, on_cancel: Callable[[str], None],
+                     on_cooldown: Callable[[str, float], None] | None = None) -> None:
+        """Run until cancelled, calling ``on_cancel(run_id)`` for every cancel heard (and
+        ``on_cooldown(url, seconds)`` for every upstream cooldown another replica started)."""
         ...
 
 
@@ -48,7 +52,8 @@ class LocalSignals:
     def follow(self, run_id: str, after: int | None) -> RemoteReader:
         raise RuntimeError("no other replica to follow")
 
-    async def listen(self, on_cancel: Callable[[str], None]) -> None:
+    async def listen(self, on_cancel: Callable[[str], None],
+                     on_cooldown: Callable[[str, float], None] | None = None) -> None:
         await asyncio.Event().wait()
 
 
@@ -57,9 +62,25 @@ class RedisSignals:
 
     def __init__(self, client: Any) -> None:
         self._redis = client
+        self._pending: set[asyncio.Task[None]] = set()
+        self.origin = uuid.uuid4().hex  # this process: its own cooldowns are not applied twice
 
     async def cancel(self, run_id: str) -> None:
         await self._redis.publish(CHANNEL, run_id)
+
+    def cooldown(self, url: str, seconds: float) -> None:
+        """Tell the other replicas (from a task: called where a request is failing over)."""
+        message = orjson.dumps({"url": url, "seconds": seconds, "origin": self.origin})
+
+        async def publish() -> None:
+            try:
+                await self._redis.publish(COOLDOWNS, message)
+            except Exception as exc:  # best effort: each replica still learns on its own
+                log.warning("upstream cooldown not shared (%s)", type(exc).__name__)
+
+        task = asyncio.get_running_loop().create_task(publish())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     def mirror(self, run_id: str) -> RedisMirror:
         return RedisMirror(self._redis, run_id)
@@ -67,14 +88,22 @@ class RedisSignals:
     def follow(self, run_id: str, after: int | None) -> RemoteReader:
         return RemoteReader(self._redis, run_id, after)
 
-    async def listen(self, on_cancel: Callable[[str], None]) -> None:
+    async def listen(self, on_cancel: Callable[[str], None],
+                     on_cooldown: Callable[[str, float], None] | None = None) -> None:
         while True:  # reconnects after Redis went away
             try:
                 async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL)
+                    await pubsub.subscribe(CHANNEL, COOLDOWNS)
                     async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            data = message["data"]
+                        if message.get("type") != "message":
+                            continue
+                        data, channel = message["data"], message.get("channel")
+                        channel = channel.decode() if isinstance(channel, bytes) else channel
+                        if channel == COOLDOWNS:
+                            cool = orjson.loads(data)
+                            if on_cooldown is not None and cool.get("origin") != self.origin:
+                                on_cooldown(str(cool["url"]), float(cool["seconds"]))
+                        else:
                             on_cancel(data.decode() if isinstance(data, bytes) else str(data))
             except Exception as exc:  # Redis went away: listen again soon
                 log.warning("run signals: Redis listener stopped (%s); retrying", type(exc).__name__)

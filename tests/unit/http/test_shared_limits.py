@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.gateway import MODEL, config, gateway
@@ -78,3 +79,36 @@ async def test_redis_down_follows_the_policy(redis: RedisServer, policy: str, st
         assert (await c.get("/health")).status_code == 200  # reads are not counted
         redis.start()
         assert (await c.post("/v1/responses", json=BODY, headers=AUTH)).status_code == 200  # recovered
+
+
+async def test_an_upstream_failing_on_one_replica_is_skipped_by_the_others(redis: RedisServer) -> None:
+    """Upstream x answers 503 to A: A fails over to y and puts x in cooldown, and so does B
+    (told through Redis) before ever trying x itself."""
+    answering = Switch(answer("ok"))
+    seen_by_b: list[str] = []
+
+    def a_upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "x.test":
+            return httpx.Response(503, json={"error": "overloaded"})
+        return answering(request)
+
+    def b_upstream(request: httpx.Request) -> httpx.Response:
+        seen_by_b.append(f"{request.url.host}{request.url.path}")
+        return answering(request)
+
+    def two(url: str) -> Any:
+        c = cfg(url)
+        model = c.models[MODEL].model_copy(update={"base_urls": ["http://x.test:8080", "http://y.test:8080"]})
+        return c.model_copy(update={"models": {MODEL: model}, "auth": c.auth.model_validate({})})
+
+    async with gateway(httpx.MockTransport(a_upstream), two(redis.url)) as a, \
+            gateway(httpx.MockTransport(b_upstream), two(redis.url)) as b:
+        await asyncio.sleep(0.3)  # both listeners subscribed
+        assert (await a.post("/v1/responses", json=BODY)).status_code == 200  # via y
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if b._transport.app.state.registry.pools()[0].replicas[0].cooldown_until > 0:  # type: ignore[attr-defined]
+                break
+        assert (await b.post("/v1/responses", json=BODY)).status_code == 200
+    # B's generation went to y at once (/props is read when B starts, before any cooldown)
+    assert [s for s in seen_by_b if s.endswith("/completion")] == ["y.test/completion"]
