@@ -336,6 +336,6 @@ class LlamaCppBackend(HttpBackend):
                 async for event in events:
                     yield event
 
-        async with aclosing(failover(self.pool, open_stream)) as events:
+        async with aclosing(failover(self.pool, open_stream, params.affinity)) as events:
             async for event in events:
                 yield reader.chunk(event)

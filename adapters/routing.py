@@ -3,6 +3,10 @@
 * **Least outstanding requests**: each replica counts the generations it is serving;
   a new one goes to the replica with the fewest (ties: list order), skipping replicas
   in cooldown unless every replica is.
+* **Affinity**: a request with an affinity key (``prompt_cache_key``, a conversation) goes
+  to the key's home replica (rendezvous hashing: the same for every gateway replica, no
+  shared state) unless that one is in cooldown or busier than the least busy by more than
+  :data:`AFFINITY_SLACK`: its KV cache holds the prefix the key's requests share.
 * **Failover before the first byte**: a replica that refuses the connection, answers
   5xx or times out before its first stream event is put in cooldown and the request is
   retried on another one (bounded attempts, exponential backoff).  A pool's ``on_fail`` is
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -57,12 +62,17 @@ class ReplicaPool:
             raise ValueError("a backend needs at least one base URL")
         self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
 
-    def pick(self, exclude: set[str]) -> Replica:
+    def pick(self, exclude: set[str], affinity: str | None = None) -> Replica:
         now = time.monotonic()
         candidates = [r for r in self.replicas if r.url not in exclude] or self.replicas
         healthy = [r for r in candidates if r.cooldown_until <= now]
         pool = healthy or sorted(candidates, key=lambda r: r.cooldown_until)[:1]
-        return min(pool, key=lambda r: r.outstanding)
+        least = min(pool, key=lambda r: r.outstanding)
+        if affinity is not None and len(pool) > 1:
+            home = max(pool, key=lambda r: _weight(affinity, r.url))
+            if home.outstanding <= least.outstanding + AFFINITY_SLACK:
+                return home
+        return least
 
     def fail(self, replica: Replica) -> None:
         replica.cooldown_until = time.monotonic() + self.policy.cooldown
@@ -77,6 +87,20 @@ class ReplicaPool:
                 replica.cooldown_until = until
 
 
+AFFINITY_SLACK = 2  # a key's home replica is left for a less busy one beyond this many more
+
+
+def _weight(key: str, url: str) -> int:
+    """Rendezvous hashing: every gateway replica ranks the upstream replicas of a key the same
+    way, with no shared state, and a replica that goes away moves only its own keys."""
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest(), "big")
+
+
+def home_of(key: str, urls: list[str]) -> str:
+    """The upstream replica a key goes to when every replica is healthy and idle."""
+    return max((u.rstrip("/") for u in urls), key=lambda u: _weight(key, u))
+
+
 def _retryable(exc: GatewayError) -> bool:
     retry = exc.status in (502, 503, 504) and exc.code != "upstream_not_found"
     return isinstance(exc, UpstreamError) and retry
@@ -85,7 +109,7 @@ def _retryable(exc: GatewayError) -> bool:
 Events = AsyncIterator[dict[str, Any]]
 
 
-async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events],
+async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events], affinity: str | None = None,
                    ) -> AsyncGenerator[dict[str, Any], None]:
     """Yield the events of ``open_stream(base_url)`` from the first replica that answers.
 
@@ -102,7 +126,7 @@ async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events],
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        replica = pool.pick(tried)
+        replica = pool.pick(tried, affinity)
         tried.add(replica.url)
         replica.outstanding += 1
         events = open_stream(replica.url)

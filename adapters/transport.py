@@ -120,7 +120,7 @@ class HttpBackend:
                                errors=dialect.error, is_last=reader.is_last)
 
         # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream)) as events:
+        async with aclosing(failover(self.pool, open_stream, params.affinity)) as events:
             async for event in events:
                 yield reader.chunk(event)
 

@@ -130,6 +130,8 @@ class GenerationParams:
     parallel_tool_calls: bool = True
     ignore_eos: bool = False  # keep generating past the model's end (benchmarks); the answer still ends there
     user: str | None = None  # the end user, for upstreams that track abuse per user (OpenAI-compatible)
+    # requests with the same key go to the same upstream replica (its KV cache holds their prefix)
+    affinity: str | None = None
     thinking: bool | None = None  # a thinking switch: off for reasoning_effort "none", on for any other
     # the client's chat_template_kwargs: variables for a Jinja chat template (checked at ingest:
     # names that are not the template's own inputs, values that render as no text of their own)

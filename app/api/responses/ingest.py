@@ -50,6 +50,13 @@ def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, An
     return Conversation(messages, tools_of(body).tools, _response_format(body))
 
 
+def _conversation_key(body: wire.CreateResponseBody) -> str | None:
+    ref = body.conversation
+    if ref is None:
+        return None
+    return ref if isinstance(ref, str) else getattr(ref, "id", None)
+
+
 def generation_params(body: wire.CreateResponseBody, runs: frozenset[str] = frozenset()) -> GenerationParams:
     tools = tools_of(body, runs)
     top = body.top_logprobs or 0
@@ -66,4 +73,5 @@ def generation_params(body: wire.CreateResponseBody, runs: frozenset[str] = froz
         tool_choice=tool_choice(body.tool_choice, tools),
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
         user=body.safety_identifier or body.user,
+        affinity=body.prompt_cache_key or _conversation_key(body),
     )

@@ -161,3 +161,27 @@ async def test_finished_answers_leave_their_upstream_connection_for_the_next_req
                         r.json()["choices"][0]["message"]["content"] == "Hello from a scripted tiny model!")
     assert upstream.requests == 10
     assert upstream.connections == 1
+
+
+def test_affinity_sends_a_key_home_unless_home_is_busy_or_cooling() -> None:
+    from adapters.routing import AFFINITY_SLACK, ReplicaPool, home_of
+
+    urls = ["http://a:1", "http://b:1", "http://c:1"]
+    keys = [f"key-{n}" for n in range(60)]
+    homes = {k: home_of(k, urls) for k in keys}
+    assert set(homes.values()) == set(urls)  # keys spread over every replica
+    pool = ReplicaPool(urls)
+    for k in keys:
+        assert pool.pick(set(), k).url == homes[k]
+    key = keys[0]
+    home = next(r for r in pool.replicas if r.url == homes[key])
+    home.outstanding = AFFINITY_SLACK  # busier, within the slack: still home
+    assert pool.pick(set(), key) is home
+    home.outstanding = AFFINITY_SLACK + 1  # beyond it: the least busy instead
+    assert pool.pick(set(), key) is not home
+    home.outstanding = 0
+    pool.fail(home)  # cooling down: elsewhere
+    assert pool.pick(set(), key) is not home
+    assert pool.pick({homes[keys[1]]}, keys[1]).url != homes[keys[1]]  # already tried: elsewhere
+    # Another gateway's pool (same URLs, any order) sends the key to the same home.
+    assert ReplicaPool(list(reversed(urls))).pick(set(), keys[1]).url == homes[keys[1]]
