@@ -35,6 +35,8 @@ Mode = Literal["stream", "wait", "background"]
 Sink = Callable[[Json | None], None]  # where a streamed run's payloads go (None: its end)
 
 
+END_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6, None)  # seconds before each retry of storing a run's end
+
 class Encoder(Protocol):
     """An API's view of a run: events in, that API's payloads out (framing is the http
     layer's).  ``result()`` is the non-streaming body: the fold of everything encoded."""
@@ -154,13 +156,24 @@ class Run:
                     self._emit(encoder.cancel())
             self._registry.pop(self.id, None)
             if self.hooks is not None:
-                try:
-                    await self.hooks.ended(self)
-                except Exception:
-                    log.exception("run %s: could not persist its end", self.id)
+                await self._persist_end(self.hooks)
             if self.replay is not None:
                 self.replay.end()
             self._put(None)
+
+    async def _persist_end(self, hooks: RunHooks) -> None:
+        """Store the run's end, retried for a few seconds: a store that is briefly away (a
+        database restart) still gets it, and the client hears the end only once it is stored
+        (read your writes).  Still failing: logged; the stored run then reads back as lost."""
+        for delay in END_RETRIES:
+            try:
+                await hooks.ended(self)
+                return
+            except Exception as exc:
+                if delay is None:
+                    log.error("run %s: could not persist its end (%s)", self.id, exc)
+                    return
+                await asyncio.sleep(delay)
 
     def _fail(self, error: ev.Error) -> None:
         if not self.encoder.terminal:

@@ -76,8 +76,9 @@ class StoreUnavailable(Overloaded):
 async def _guard() -> AsyncIterator[None]:
     try:
         yield
-    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.InternalClientError,
             asyncpg.exceptions.CannotConnectNowError, asyncpg.TooManyConnectionsError, TimeoutError) as exc:
+        # InternalClientError: a pooled connection left mid-operation when the server went away
         raise StoreUnavailable(f"The store (PostgreSQL) is unavailable ({type(exc).__name__}); "
                                "try again.") from None
 

@@ -152,3 +152,53 @@ async def test_a_stream_resumes_on_another_replica(postgres: str, tmp_path: Any)
                 stored = [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
                           if line.startswith("data: ") and line != "data: [DONE]"]
             assert stored == events  # what B followed live is what A stored
+
+
+async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
+    """Two gateways under a steady load (16 clients) while Redis, then PostgreSQL, stop and come
+    back: every answer is a 200 or a clear 503 (never another error, never a hang); every
+    response answered 200 with ``store: true`` reads back whole afterwards; both gateways recover
+    without a restart."""
+    with postgres_cluster() as pg, redis_server() as redis:
+        url = await database(pg.url)
+
+        def both(path: str) -> Any:
+            c = on(url, tmp_path / path)
+            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
+
+        model = Switch(answer("Steady."))
+        async with gateway(model.transport(), both("a.sqlite3")) as a, \
+                gateway(model.transport(), both("b.sqlite3")) as b:
+            stored: dict[str, Any] = {}
+            statuses: list[int] = []
+            stop = asyncio.Event()
+
+            async def client(n: int) -> None:
+                c = a if n % 2 else b
+                while not stop.is_set():
+                    r = await asyncio.wait_for(c.post("/v1/responses", json={
+                        "model": MODEL, "input": f"load {n}", "store": n % 4 != 0}), 10)
+                    statuses.append(r.status_code)
+                    if r.status_code == 200 and n % 4 != 0:
+                        stored[r.json()["id"]] = r.json()["output"]
+                    elif r.status_code == 503:
+                        assert r.json()["error"]["code"] in ("store_unavailable", "limits_unavailable")
+                        await asyncio.sleep(0.05)
+
+            clients = [asyncio.ensure_future(client(n)) for n in range(16)]
+            await asyncio.sleep(0.5)
+            redis.stop()
+            await asyncio.sleep(0.5)
+            redis.start()
+            await asyncio.sleep(0.5)
+            pg.stop()
+            await asyncio.sleep(0.7)
+            pg.start()
+            await asyncio.sleep(1.0)
+            stop.set()
+            await asyncio.gather(*clients)
+            assert set(statuses) <= {200, 503} and 503 in statuses and statuses[-16:].count(200) >= 8
+            for rid, output in stored.items():  # nothing lost or half-written
+                got = await (a if hash(rid) % 2 else b).get(f"/v1/responses/{rid}")
+                assert got.status_code == 200 and got.json()["output"] == output
+            assert len(stored) > 50
