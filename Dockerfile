@@ -9,7 +9,7 @@ COPY app ./app
 COPY adapters ./adapters
 COPY schemas ./schemas
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install '.[postgres,redis]' \
+ && /opt/venv/bin/pip install '.[redis]' \
  && OCM_GATEWAY_CACHE=/opt/ocm-cache /opt/venv/bin/python -c \
     "from app.formats.harmony.vocab import harmony_encoding; harmony_encoding()"
 

@@ -13,6 +13,7 @@ import aiosqlite
 
 from app.config import StoreSettings
 from app.stores.base import ConversationStore, ResponseStore
+from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, open_pool
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
 
@@ -36,16 +37,11 @@ class Stores:
 
 async def open_stores(path: str, url: str | None = None) -> Stores:
     """SQLite at ``path`` (the embedded default), or PostgreSQL at ``url`` for the responses
-    and conversations (``pip install 'ocm-gateway[postgres]'``)."""
+    and conversations."""
     local = await SqliteResponseStore.open(path)
     if url is None:
         conversations = await SqliteConversationStore.open(path)  # same file, own tables
         return Stores(local, conversations, local.connection, [local.close, conversations.close])
-    try:
-        from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, open_pool
-    except ImportError as exc:  # pragma: no cover - the extra is part of the test install
-        raise RuntimeError("[store] url names PostgreSQL: pip install 'ocm-gateway[postgres]' "
-                           "(asyncpg)") from exc
     pool = await open_pool(url)
     return Stores(PostgresResponseStore(pool), PostgresConversationStore(pool), local.connection,
                   [pool.close, local.close])
