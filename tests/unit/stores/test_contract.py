@@ -43,28 +43,28 @@ async def _fresh(url: str) -> asyncpg.Pool:
     return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=4)
 
 
+async def _open(kind: str, request: pytest.FixtureRequest, tmp_path: Path, sqlite: Any, postgres: Any,
+                memory: Any) -> Any:
+    """One store of ``kind``: a SQLite file, a fresh PostgreSQL database, or memory."""
+    if kind == "sqlite":
+        return await sqlite.open(tmp_path / "s.sqlite3")
+    if kind == "postgres":
+        return postgres(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
+    return memory()
+
+
 @pytest.fixture(params=KINDS)
 async def responses(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    store: ResponseStore
-    if request.param == "sqlite":
-        store = await SqliteResponseStore.open(tmp_path / "s.sqlite3")
-    elif request.param == "postgres":
-        store = PostgresResponseStore(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
-    else:
-        store = MemoryResponseStore()
+    store: ResponseStore = await _open(request.param, request, tmp_path, SqliteResponseStore,
+                                       PostgresResponseStore, MemoryResponseStore)
     yield store
     await store.close()
 
 
 @pytest.fixture(params=KINDS)
 async def conversations(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    store: ConversationStore
-    if request.param == "sqlite":
-        store = await SqliteConversationStore.open(tmp_path / "s.sqlite3")
-    elif request.param == "postgres":
-        store = PostgresConversationStore(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
-    else:
-        store = MemoryConversationStore()
+    store: ConversationStore = await _open(request.param, request, tmp_path, SqliteConversationStore,
+                                           PostgresConversationStore, MemoryConversationStore)
     yield store
     await store.close()
 

@@ -37,9 +37,11 @@ async def database(url: str) -> str:
     return url.rsplit("/", 1)[0] + f"/{name}"
 
 
-def on(url: str, tmp: Any) -> Any:
+def on(url: str, tmp: Any, redis: str | None = None) -> Any:
+    """A gateway's config on database ``url`` (and Redis, when given); its SQLite file ``tmp``."""
     c = config(store_path=str(tmp))
-    return c.model_copy(update={"store": c.store.model_copy(update={"url": url})})
+    return c.model_copy(update={"store": c.store.model_copy(update={"url": url}),
+                                "redis": c.redis.model_validate({"url": redis})})
 
 
 async def test_one_service_whichever_replica(postgres: str, tmp_path: Any) -> None:
@@ -97,12 +99,8 @@ async def test_a_cancel_on_one_replica_stops_the_run_on_another(postgres: str, t
     url = await database(postgres)
     upstream = EndlessUpstream()
     with redis_server() as redis:
-        def both(path: str) -> Any:
-            c = on(url, tmp_path / path)
-            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
-
-        async with gateway(endless_transport(upstream), both("a.sqlite3")) as a, \
-                gateway(Switch(answer("x")).transport(), both("b.sqlite3")) as b:
+        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
             r = await a.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
             rid = r.json()["id"]
             await asyncio.wait_for(upstream.five_sent.wait(), 5)
@@ -122,12 +120,8 @@ async def test_a_stream_resumes_on_another_replica(postgres: str, tmp_path: Any)
     url = await database(postgres)
     upstream = EndlessUpstream()
     with redis_server() as redis:
-        def both(path: str) -> Any:
-            c = on(url, tmp_path / path)
-            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
-
-        async with gateway(endless_transport(upstream), both("a.sqlite3")) as a, \
-                gateway(Switch(answer("x")).transport(), both("b.sqlite3")) as b:
+        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
             rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
                                                         "background": True})).json()["id"]
             await asyncio.wait_for(upstream.five_sent.wait(), 5)
@@ -162,13 +156,9 @@ async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
     with postgres_cluster() as pg, redis_server() as redis:
         url = await database(pg.url)
 
-        def both(path: str) -> Any:
-            c = on(url, tmp_path / path)
-            return c.model_copy(update={"redis": c.redis.model_validate({"url": redis.url})})
-
         model = Switch(answer("Steady."))
-        async with gateway(model.transport(), both("a.sqlite3")) as a, \
-                gateway(model.transport(), both("b.sqlite3")) as b:
+        async with gateway(model.transport(), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+                gateway(model.transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
             stored: dict[str, Any] = {}
             statuses: list[int] = []
             stop = asyncio.Event()
