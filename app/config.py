@@ -155,9 +155,27 @@ class LimitSettings(_Strict):
     max_connections: int | None = Field(default=None, ge=1)
 
 
+class Price(_Strict):
+    """What a model's tokens cost, per million (any currency; the console says "cost")."""
+
+    input: float = Field(default=0.0, ge=0)
+    output: float = Field(default=0.0, ge=0)
+
+
+class KeyBudget(_Strict):
+    """A key's spending limit per period (UTC calendar day or month, or its whole life): tokens
+    (input + output), cost (with the key's ``prices``), or both; over either → 429
+    ``insufficient_quota`` until the period resets."""
+
+    period: Literal["day", "month", "total"] = "month"
+    tokens: int | None = Field(default=None, ge=1)
+    cost: float | None = Field(default=None, gt=0)
+
+
 class ApiKey(_Strict):
     """An API key, stored only as the SHA-256 hex digest of the key. Its ``name`` is its tenant:
-    stored responses belong to it (keys that share a name share them, e.g. across a rotation)."""
+    stored responses belong to it (keys that share a name share them, e.g. across a rotation).
+    Keys in the store (``/admin/keys``) become one of these, named by their id."""
 
     name: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -165,6 +183,30 @@ class ApiKey(_Strict):
     requests_per_minute: int | None = Field(default=None, ge=1)  # override [limits] for this key
     tokens_per_minute: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)
+    budget: KeyBudget | None = None
+    prices: dict[str, Price] = {}  # by model name
+    expires_at: int | None = None  # Unix time; refused from then on
+
+
+class AdminSettings(_Strict):
+    """The operator's admin API (``/admin``) and console (``/console``): off unless an admin key
+    is set (here as a SHA-256 digest, or in plain as ``OCMGW_ADMIN_KEY``). Ordinary API keys
+    are never accepted there, nor the admin key on the model APIs."""
+
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    console: bool = True  # serve /console (the admin API stays on without it)
+
+
+class UsageSettings(_Strict):
+    """Usage accounting per key × model × hour and day (app/http/usage.py): kept in memory and
+    written to the store every ``flush_seconds`` (and on shutdown): a crash loses at most that."""
+
+    enabled: bool = True
+    flush_seconds: float = Field(default=5.0, gt=0)
+    hourly_days: int = Field(default=7, ge=1)  # hourly rows are kept this long, daily ones forever
+    # how old a key's spend read from the store may be when its budget is checked (the spend of
+    # other replicas shows after their flush plus this)
+    budget_refresh_seconds: float = Field(default=2.0, gt=0)
 
 
 class HttpSettings(_Strict):
@@ -250,7 +292,10 @@ class RedisSettings(_Strict):
 
 
 class AuthSettings(_Strict):
-    keys: list[ApiKey] = []  # empty: no authentication
+    keys: list[ApiKey] = []  # empty (and no admin key): no authentication
+    # keys created through /admin/keys live in the store; a replica holds what it read about
+    # one (found, revoked, unknown) at most this long
+    key_cache_seconds: float = Field(default=5.0, ge=0, le=60)
 
 
 class GatewayConfig(_Strict):
@@ -264,6 +309,8 @@ class GatewayConfig(_Strict):
     responses: ResponsesSettings = ResponsesSettings()
     tools: ToolSettings = ToolSettings()
     redis: RedisSettings = RedisSettings()
+    admin: AdminSettings = AdminSettings()
+    usage: UsageSettings = UsageSettings()
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}
@@ -316,6 +363,9 @@ def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         # The name is the key's tenant (what its stored responses belong to): derived from the
         # key, so it survives reordering the list.
         keys += [{"name": f"env-{d[:16]}", "sha256": d} for d in digests]
+    admin_key = env.get("OCMGW_ADMIN_KEY", "").strip()
+    if admin_key:
+        data.setdefault("admin", {})["key_sha256"] = hashlib.sha256(admin_key.encode()).hexdigest()
     name = env.get("OCMGW_MODEL")
     if name:
         models = data.setdefault("models", {})

@@ -4,6 +4,7 @@ upstream connection pool, the run engine, the response store)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,9 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from adapters.aiohttp_transport import AiohttpTransport
+from app.api.admin import console
+from app.api.admin import keys as admin_keys
+from app.api.admin import ops as admin_ops
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
 from app.api.chat import stored_routes as chat_stored_routes
@@ -31,8 +35,10 @@ from app.formats.harmony.vocab import harmony_encoding
 from app.http import errors, openapi, routes_meta
 from app.http.auth import AuthMiddleware
 from app.http.counters import RedisCounters
+from app.http.keys import KeyResolver
 from app.http.limits import LimitsMiddleware
-from app.http.observe import ObserveMiddleware
+from app.http.observe import RECENT_ERRORS, ObserveMiddleware
+from app.http.usage import Budgets, UsageRecorder
 from app.metrics import Metrics
 from app.stores import open_stores, retain
 from app.tools.code import Sandbox
@@ -62,6 +68,7 @@ def create_app(config: GatewayConfig | None = None,
         app.state.registry = registry
         stores = await open_stores(cfg.store.path, cfg.store.url)
         store, conversations = stores.responses, stores.conversations
+        app.state.accounts = resolver.store = usage.store = stores.accounts
         app.state.chat_store = await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
         search = await open_search(cfg.tools)
@@ -85,14 +92,18 @@ def create_app(config: GatewayConfig | None = None,
         app.state.conversations = app.state.responses.conversations
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         retention = asyncio.get_running_loop().create_task(retain(stores, cfg.store))
+        flusher = asyncio.get_running_loop().create_task(usage.run()) if cfg.usage.enabled else None
         try:
             yield
         finally:
             heartbeat.cancel()
             retention.cancel()
+            if flusher is not None:
+                flusher.cancel()
             if listener is not None:
                 listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
+            await usage.flush()  # the last counts, before the store closes
             await stores.close()
             if getattr(app.state, "redis", None) is not None:
                 await app.state.redis.aclose()
@@ -107,7 +118,9 @@ def create_app(config: GatewayConfig | None = None,
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
-               conversations_routes.router, chat_stored_routes.router]
+               conversations_routes.router, chat_stored_routes.router, admin_keys.router, admin_ops.router]
+    if cfg.admin.console:
+        routers.append(console.router)
     errors.install(app, routers)
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,
@@ -119,10 +132,15 @@ def create_app(config: GatewayConfig | None = None,
         app.state.redis = aioredis.from_url(cfg.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
         counters = RedisCounters(app.state.redis, on_failure=cfg.redis.on_failure,
                                  lease_seconds=cfg.redis.lease_seconds)
-    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission,
-                       counters=counters)  # inside auth
-    if cfg.auth.keys:
-        app.add_middleware(AuthMiddleware, keys=cfg.auth.keys)
+    app.state.config = cfg
+    usage = UsageRecorder(cfg.usage)
+    resolver = KeyResolver(None, cfg.auth.key_cache_seconds)
+    app.state.usage, app.state.key_resolver = usage, resolver
+    app.state.recent_errors = collections.deque(maxlen=RECENT_ERRORS)
+    app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission, counters=counters,
+                       budgets=Budgets(usage, cfg.usage.budget_refresh_seconds))  # inside auth
+    if cfg.auth.keys or cfg.admin.key_sha256:  # with an admin key, keys can be made at any time
+        app.add_middleware(AuthMiddleware, keys=cfg.auth.keys, resolver=resolver)
     if cfg.http.cors_origins:  # outside auth: a browser's preflight carries no API key
         app.add_middleware(CORSMiddleware, allow_origins=cfg.http.cors_origins,
                            allow_credentials=cfg.http.cors_allow_credentials,
@@ -131,7 +149,8 @@ def create_app(config: GatewayConfig | None = None,
                                           "openai-beta", "openai-organization", "openai-project"],
                            expose_headers=["x-request-id", "retry-after", "retry-after-ms"])
     app.state.metrics = Metrics()
-    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: sees 401s too
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics,  # outermost: sees 401s too
+                       usage=usage if cfg.usage.enabled else None, errors=app.state.recent_errors)
     for router in routers:
         app.include_router(router)
     return app

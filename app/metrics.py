@@ -63,6 +63,10 @@ class RequestStats:
     tokens: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    tool_rounds: int = 0  # generations after hosted tools ran (the agentic loop)
+    error_code: str | None = None  # a stream's terminal error (HTTP errors: read from the body)
 
 
 _current: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar("ocm_stats", default=None)

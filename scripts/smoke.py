@@ -8,11 +8,15 @@ Outside the test venv and with the standard library only, on a copy of the worki
    background; wait for ``/health``; every ``sh`` block and the Python SDK example under
    "## Use it" (the SDK in a venv of its own with only ``openai``); each answer must be 200,
    well formed and non-empty; then SIGTERM and a clean exit.
-2. Dockerfile: its ``RUN`` lines that build the venv (``pip install .`` and the vocabulary
-   bake) with ``/opt/...`` mapped into a temporary folder; then ``import app.main``,
-   ``ocm-gateway --help``, ``ocm-gateway template analyze``, and the image's entrypoint with
-   its ``ENV`` and ``docker/gateway.toml``: ``/health``, the image's own HEALTHCHECK command,
-   ``/v1/models``, a clean 502 for an unreachable backend, SIGTERM.
+2. Dockerfile, both images: the ``RUN`` lines of the stages that build each one's venv, with
+   ``/opt/...`` mapped into a temporary folder. The default target (the gateway alone): its
+   install line (``pip install .`` and the vocabulary bake), then ``import app.main``,
+   ``ocm-gateway --help``, ``ocm-gateway template analyze``, and its entrypoint with its
+   ``ENV`` and ``docker/gateway.toml``: ``/health``, the image's own HEALTHCHECK command,
+   ``/v1/models``, a clean 502 for an unreachable backend, SIGTERM. Then the ``quickstart``
+   target (compose.yaml's default service): the lines it adds on that venv (embedded llama.cpp,
+   the model's package), and its entrypoint plus ``CMD`` the same way, where the embedded model
+   must also answer.
 
 Commands are read from README.md and the Dockerfile, never copied here: when they change,
 the smoke follows. Prints one timing line per phase; exits non-zero on the first failure.
@@ -32,6 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,29 +84,84 @@ def fenced_blocks(text: str, lang: str) -> list[str]:
     return [m[1] for m in re.finditer(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)]
 
 
-def dockerfile_build(dockerfile: str, venv: Path, cache: Path) -> tuple[list[str], dict[str, str],
-                                                                        list[str], list[str]]:
-    """The build stage's RUN commands (``/opt/venv``, ``/opt/ocm-cache`` mapped), the final
-    stage's ENV, HEALTHCHECK and ENTRYPOINT commands."""
-    text = dockerfile.replace("\\\n", " ")
-    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+@dataclass
+class Stage:
+    """One ``FROM ... AS name`` of the Dockerfile: its base (an image or an earlier stage) and
+    its instructions, continuation lines joined, comments left out."""
+
+    name: str
+    base: str
+    lines: list[str] = field(default_factory=list)
+
+    def args(self, keyword: str) -> list[str]:
+        return [line[len(keyword) + 1:].strip() for line in self.lines if line.startswith(keyword + " ")]
+
+
+@dataclass
+class Image:
+    """What one build target runs: its venv's build commands, ENV, HEALTHCHECK, ENTRYPOINT, CMD."""
+
+    target: str
+    runs: list[str]
+    env: dict[str, str]
+    health: list[str]
+    entry: list[str]
+    cmd: list[str]
+
+
+def dockerfile_stages(dockerfile: str) -> dict[str, Stage]:
+    stages: dict[str, Stage] = {}
+    current: Stage | None = None
+    for line in dockerfile.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        start = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?$", line, re.I)
+        if start:
+            current = stages[start[2] or str(len(stages))] = Stage(start[2] or str(len(stages)), start[1])
+        elif current is not None and line and not line.startswith("#"):
+            current.lines.append(line)
     check(len(stages) >= 2, "Dockerfile: a multi-stage build expected")
-    runs = [line[4:].strip() for line in stages[0].splitlines() if line.startswith("RUN ")]
-    check(any("pip install" in r for r in runs), "Dockerfile: no pip install line")
-    cache_dir = re.search(r"OCM_GATEWAY_CACHE=(\S+)", stages[-1])
-    runs = [r.replace("/opt/venv", str(venv)).replace(cache_dir[1] if cache_dir else "/opt/ocm-cache",
-                                                       str(cache)) for r in runs]
+    return stages
+
+
+def lineage(stages: dict[str, Stage], name: str) -> list[Stage]:
+    """The stage and those it is built FROM, the first base first."""
+    chain: list[Stage] = []
+    while name in stages and stages[name] not in chain:
+        chain.insert(0, stages[name])
+        name = stages[name].base
+    return chain
+
+
+def dockerfile_image(stages: dict[str, Stage], target: str, venv: Path, cache: Path) -> Image:
+    """The target's venv build commands (the RUN lines of the stage its ``/opt/venv`` is copied
+    from, and of that stage's bases; ``/opt/venv``, ``/opt/ocm-cache`` mapped), and the ENV,
+    HEALTHCHECK, ENTRYPOINT and CMD it runs with (the last one along its bases wins)."""
+    chain = lineage(stages, target)
+    copies = [re.match(r"--from=(\S+)\s+/opt/venv\s", c + " ") for s in chain for c in s.args("COPY")]
+    sources = [m[1] for m in copies if m]
+    check(sources, f"Dockerfile: target {target} copies no /opt/venv from a build stage")
     env: dict[str, str] = {}
-    for line in stages[-1].splitlines():
-        if line.startswith("ENV "):
-            for part in shlex.split(line[4:]):
+    health: re.Match[str] | None = None
+    entry: re.Match[str] | None = None
+    cmd: re.Match[str] | None = None
+    for stage in chain:
+        for line in stage.args("ENV"):
+            for part in shlex.split(line):
                 key, _, value = part.partition("=")
                 env[key] = value
-    health = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])\s*$", stages[-1], re.M)
-    entry = re.search(r"^ENTRYPOINT (\[.*\])\s*$", stages[-1], re.M)
-    check(health and entry, "Dockerfile: HEALTHCHECK CMD and ENTRYPOINT (exec form) expected")
+        for line in stage.lines:
+            health = re.match(r"HEALTHCHECK .*?CMD (\[.*\])$", line) or health
+            entry = re.match(r"ENTRYPOINT (\[.*\])$", line) or entry
+            cmd = re.match(r"CMD (\[.*\])$", line) or cmd
+    check(health and entry, f"Dockerfile: target {target}: HEALTHCHECK CMD and ENTRYPOINT (exec form) "
+                            "expected")
     assert health is not None and entry is not None
-    return runs, env, json.loads(health[1]), json.loads(entry[1])
+    runs = [r for s in lineage(stages, sources[-1]) for r in s.args("RUN")]
+    check(any("pip install" in r for r in runs), f"Dockerfile: target {target}: no pip install line")
+    cache_dir = env.get("OCM_GATEWAY_CACHE", "/opt/ocm-cache")
+    runs = [r.replace("/opt/venv", str(venv)).replace(cache_dir, str(cache)) for r in runs]
+    return Image(target, runs, env, json.loads(health[1]), json.loads(entry[1]),
+                 json.loads(cmd[1]) if cmd else [])
 
 
 # --- processes and HTTP ------------------------------------------------------------------------
@@ -262,45 +322,80 @@ def readme_phase(work: Path, base_env: dict[str, str]) -> None:
         server.kill()
 
 
-def docker_phase(work: Path, base_env: dict[str, str]) -> None:
-    venv, cache = work / "opt-venv", work / "opt-cache"
-    runs, image_env, health, entry = dockerfile_build((work / "Dockerfile").read_text(), venv, cache)
-    env = clean_env(**base_env)
-    sh(" && ".join(runs), work, env, "Dockerfile install line (pip install . + vocabulary)")
+def run_image(image: Image, work: Path, env: dict[str, str], venv: Path, cache: Path,
+              embedded: str | None) -> None:
+    """The image's ENTRYPOINT + CMD with its ENV and docker/gateway.toml, the compose services of
+    its backends unreachable: /health, its HEALTHCHECK, /v1/models, a 502 for a model whose
+    service is absent, and (``embedded``) an answer from the model served in the process."""
     bin_ = venv / "bin"
-    sh(f"{bin_}/python -c 'import app.main'", work, env, "plain install: import app.main")
-    sh(f"{bin_}/ocm-gateway --help", work, env, "plain install: ocm-gateway --help")
-    out = sh(f"{bin_}/ocm-gateway template analyze tests/fixtures/templates/Qwen3-Coder.jinja", work, env,
-             "plain install: ocm-gateway template analyze")
-    check("tools.format" in out, "template analyze printed no analysis")
-    image_env.update({"PATH": f"{bin_}:{env['PATH']}", "OCM_GATEWAY_CACHE": str(cache),
-                      "OCMGW_CONFIG": str(work / "docker" / "gateway.toml"), "OCMGW_HOST": "127.0.0.1",
-                      "HOME": str(work / "home"), "OCMGW__store__path": str(work / "responses.sqlite3")})
+    home = work / f"home-{image.target}"
+    home.mkdir()
+    image_env = {**image.env, "PATH": f"{bin_}:{env['PATH']}", "OCM_GATEWAY_CACHE": str(cache),
+                 "OCMGW_CONFIG": str(work / "docker" / "gateway.toml"), "OCMGW_HOST": "127.0.0.1",
+                 "HOME": str(home), "OCMGW__store__path": str(home / "responses.sqlite3")}
     for name in ("llamacpp", "vllm", "ollama"):  # no backend services here: unreachable, not unknown
         image_env[f"OCMGW__models__gpt_oss_20b{'' if name == 'llamacpp' else '_' + name}__base_urls"] = \
             '["http://127.0.0.1:9"]'
     check(port_free(int(image_env.get("OCMGW_PORT", "8000"))), "the image's port is busy")
     run_env = {**env, **image_env}
     start = time.monotonic()
-    (work / "home").mkdir()
-    server = Server(entry, work / "home", run_env, work / "image.log")
+    server = Server(image.entry + image.cmd, home, run_env, work / f"image-{image.target}.log")
     try:
         base = f"http://127.0.0.1:{image_env.get('OCMGW_PORT', '8000')}"
-        server.wait_healthy(base, timeout=60)
-        timed("image entrypoint to /health", start)
-        check(subprocess.run([str(bin_ / health[0]), *health[1:]], env=run_env, timeout=10).returncode == 0,
-              "the image's HEALTHCHECK command failed")
+        server.wait_healthy(base, timeout=120)
+        timed(f"image {image.target}: entrypoint to /health", start)
+        check(subprocess.run([str(bin_ / image.health[0]), *image.health[1:]], env=run_env,
+                             timeout=10).returncode == 0, "the image's HEALTHCHECK command failed")
         status, body = http("GET", f"{base}/v1/models")
         ids = sorted(m["id"] for m in json.loads(body)["data"])
-        check(status == 200 and len(ids) == 3, f"/v1/models: {status} {ids}")
+        expected = 3 + (embedded is not None)  # docker/gateway.toml's three, and the embedded one
+        check(status == 200 and len(ids) == expected and (embedded is None or embedded in ids),
+              f"/v1/models: {status} {ids}")
         status, body = http("POST", f"{base}/v1/chat/completions",
-                            {"model": ids[0], "messages": [{"role": "user", "content": "hi"}]})
+                            {"model": "gpt-oss-20b", "messages": [{"role": "user", "content": "hi"}]})
         error = json.loads(body).get("error") or {}
         check(status == 502 and error.get("message") and "type" in error,
               f"unreachable backend: expected a 502 error body, got {status} {body[:300]!r}")
+        if embedded is not None:
+            status, body = http("POST", f"{base}/v1/chat/completions", {
+                "model": embedded, "max_tokens": 32,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+            check(status == 200, f"{embedded}: {status} {body[:300]!r}")
+            text = answer_text(body.decode(), f"image {image.target}: {embedded}")
+            check(text.strip(), f"image {image.target}: {embedded} answered nothing")
+            print(f"smoke:   answer: {text.strip()[:120]!r}")
         server.stop()
     finally:
         server.kill()
+
+
+def docker_phase(work: Path, base_env: dict[str, str]) -> None:
+    venv, cache = work / "opt-venv", work / "opt-cache"
+    stages = dockerfile_stages((work / "Dockerfile").read_text())
+    default = list(stages)[-1]  # `docker build .` builds the last stage
+    check("quickstart" in stages and default != "quickstart",
+          "Dockerfile: a 'quickstart' target and a plain default expected")
+    plain = dockerfile_image(stages, default, venv, cache)
+    quick = dockerfile_image(stages, "quickstart", venv, cache)
+    # The quickstart's venv is the plain one plus its own lines (FROM the plain build stage): run
+    # those on top, as the image build does.
+    check(quick.runs[:len(plain.runs)] == plain.runs and len(quick.runs) > len(plain.runs),
+          "Dockerfile: the quickstart's venv must build on the plain one")
+    env = clean_env(**base_env)
+    sh(" && ".join(plain.runs), work, env, "Dockerfile install line (pip install . + vocabulary)")
+    bin_ = venv / "bin"
+    sh(f"{bin_}/python -c 'import app.main'", work, env, "plain install: import app.main")
+    sh(f"{bin_}/ocm-gateway --help", work, env, "plain install: ocm-gateway --help")
+    out = sh(f"{bin_}/ocm-gateway template analyze tests/fixtures/templates/Qwen3-Coder.jinja", work, env,
+             "plain install: ocm-gateway template analyze")
+    check("tools.format" in out, "template analyze printed no analysis")
+    check(not plain.cmd, f"the default image runs the config's models only, not {plain.cmd}")
+    run_image(plain, work, env, venv, cache, embedded=None)
+    sh(" && ".join(quick.runs[len(plain.runs):]), work, env,
+       "Dockerfile quickstart install line (embedded llama.cpp + model)")
+    check(quick.cmd[:1] == ["--embedded"] and len(quick.cmd) >= 2,
+          f"the quickstart image's CMD must serve an embedded model: {quick.cmd}")
+    run_image(quick, work, env, venv, cache, embedded=quick.cmd[1])
 
 
 def main() -> int:

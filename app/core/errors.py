@@ -79,6 +79,15 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
+class InsufficientQuota(GatewayError):
+    """A key over its budget (OpenAI's own 429 for an exhausted quota: the SDKs do not retry)."""
+
+    status = 429
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+    retryable = False
+
+
 class UpstreamError(GatewayError):
     """The backend failed (connection refused, 5xx, malformed stream, ...)."""
 

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from app import metrics
 from app.core import events as ev
 from app.core.conversation import Conversation, GenerationParams, Message, TextPart, ToolCall, ToolChoice
 from app.core.errors import GatewayError, to_event
@@ -183,6 +184,8 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
                     yield to_event(exc)
                     return
             state.rounds += 1
+            if state.rounds > 1 and (stats := metrics.current()) is not None:
+                stats.tool_rounds += 1  # a generation after hosted tools ran
             step = StepOutput()
             finished: ev.Finished | None = None
             async for event in stream:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, Protocol
 
@@ -86,6 +87,8 @@ class Run:
         self.mode = mode
         self.hooks = hooks
         self.error: ev.Error | None = None  # the terminal error, when the run ended in one
+        self.started_at = time.time()
+        self.chunks = 0  # output events so far (about one per token; the console's "tokens so far")
         self.task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[Json | None] = asyncio.Queue()
         # a run that is one choice of several hands its payloads to their merge instead
@@ -126,6 +129,7 @@ class Run:
                 stream = await source
             assert stream is not None
             async for event in stream:
+                self.chunks += 1
                 if isinstance(event, ev.Error):
                     self.error = event
                 self._emit(encoder.encode(event))

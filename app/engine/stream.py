@@ -167,8 +167,11 @@ class EventStream:
             stats.tokens += event.usage.total_tokens
             stats.prompt_tokens += event.usage.prompt_tokens
             stats.completion_tokens += event.usage.completion_tokens
+            stats.cached_tokens += event.usage.cached_tokens
+            stats.reasoning_tokens += event.usage.reasoning_tokens
         elif isinstance(event, ev.Error):
             stats.metrics.backend_errors.labels(self._model, event.code).inc()
+            stats.error_code = event.code
 
     def _finish_stats(self) -> None:
         if self._closed:

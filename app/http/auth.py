@@ -1,8 +1,11 @@
 """API-key authentication as pure ASGI middleware (no BaseHTTPMiddleware).
 
 Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` is
-hashed and compared in constant time.  Health, readiness, metrics and the API docs stay open.  The
-matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
+hashed and compared in constant time; a digest that is no config-file key is looked up among
+the keys made through the admin API (:mod:`app.http.keys`, cached a few seconds).  An expired
+key gets its own 401.  ``/admin`` and ``/console`` are not checked here: they take the admin
+key only (:mod:`app.api.admin.auth`), never an ordinary one.  Health, readiness, metrics and
+the API docs stay open.  The matched key is put in ``scope["state"]["api_key"]`` so routes can apply its model
 allow-list (:func:`check_model`) and scope what they store to its tenant (:func:`principal`).
 WebSocket upgrades (``GET /v1/responses``) are checked the same way: a bad key gets the same
 401 instead of the upgrade (or, on a server without the denial-response extension, the
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from typing import Any
 
 from starlette.requests import HTTPConnection
@@ -20,38 +24,59 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.config import ApiKey
 from app.core.access import ANONYMOUS, Principal
-from app.core.errors import ModelNotFound, error_body
-from app.http.responses import JSONResponse
+from app.core.errors import GatewayError, ModelNotFound, error_body
+from app.http.keys import KeyResolver
+from app.http.responses import JSONResponse, error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping", "/docs", "/openapi.json"})
+ADMIN_PREFIXES = ("/admin/", "/console")
+
+
+def bearer_digest(scope: Scope) -> str | None:
+    """The SHA-256 hex digest of the request's bearer token (None: no usable header)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return None
+            return hashlib.sha256(token.strip().encode()).hexdigest()
+    return None
+
+
+def is_admin_path(path: str) -> bool:
+    return path == "/admin" or path.startswith(ADMIN_PREFIXES)
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, keys: list[ApiKey]) -> None:
+    def __init__(self, app: ASGIApp, keys: list[ApiKey], resolver: KeyResolver | None = None) -> None:
         self.app = app
         self.keys = keys
+        self.resolver = resolver
 
-    def _match(self, scope: Scope) -> ApiKey | None:
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() != "bearer" or not token.strip():
-                    return None
-                digest = hashlib.sha256(token.strip().encode()).hexdigest()
-                for key in self.keys:
-                    if hmac.compare_digest(digest, key.sha256):
-                        return key
-                return None
-        return None
+    async def _match(self, scope: Scope) -> ApiKey | None:
+        digest = bearer_digest(scope)
+        if digest is None:
+            return None
+        for key in self.keys:
+            if hmac.compare_digest(digest, key.sha256):
+                return key
+        return await self.resolver.find(digest) if self.resolver is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or not self.keys or scope["path"] in OPEN_PATHS:
+        if (scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS
+                or is_admin_path(scope["path"])):
             await self.app(scope, receive, send)
             return
-        key = self._match(scope)
+        try:
+            key = await self._match(scope)
+        except GatewayError as exc:  # the key store is down
+            await error_response(exc)(scope, receive, send)
+            return
+        message = "Missing or invalid API key. Send 'Authorization: Bearer <key>'."
+        if key is not None and key.expires_at is not None and key.expires_at <= time.time():
+            message, key = "This API key has expired.", None
         if key is None:
-            body = error_body("Missing or invalid API key. Send 'Authorization: Bearer <key>'.",
-                                 "invalid_request_error", "invalid_api_key")
+            body = error_body(message, "invalid_request_error", "invalid_api_key")
             response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
             if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
                 await send({"type": "websocket.close", "code": 1008})

@@ -9,6 +9,8 @@ Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after-ms``;
 a body over ``max_body_bytes`` → 413 (checked on ``content-length`` and while reading; the
 body is read here, once, and replayed to the app).
 Token usage is charged when a request finishes (from the pipeline's request stats).
+A key with a budget (:class:`~app.http.usage.Budgets`) that has spent it gets a 429
+``insufficient_quota`` on the generation routes until its period resets.
 When the gateway is at capacity (every admission slot and the whole queue taken) a
 generation request is refused with 503 before its body is even read.
 On a WebSocket (Responses' WebSocket mode) each message is a request under the same per-key
@@ -32,6 +34,7 @@ from app.core.errors import GatewayError, Overloaded, error_body
 from app.engine.admission import Admission
 from app.http.counters import Budget, Counters, LocalCounters
 from app.http.responses import JSONResponse, error_response
+from app.http.usage import Budgets
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations",
                               "/v1/completions", "/v1/embeddings"})
@@ -40,10 +43,11 @@ WINDOW = 60.0
 
 class LimitsMiddleware:
     def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None,
-                 counters: Counters | None = None) -> None:
+                 counters: Counters | None = None, budgets: Budgets | None = None) -> None:
         self.app = app
         self.settings = settings
         self.admission = admission
+        self.budgets = budgets
         self.counters: Counters = counters if counters is not None else LocalCounters()
         self.sockets: dict[str, int] = collections.defaultdict(int)  # open WebSockets (per process)
 
@@ -54,6 +58,11 @@ class LimitsMiddleware:
             return Budget(s.requests_per_minute, s.tokens_per_minute, s.max_concurrent)
         return Budget(key.requests_per_minute or s.requests_per_minute,
                       key.tokens_per_minute or s.tokens_per_minute, key.max_concurrent or s.max_concurrent)
+
+    async def check_budget(self, scope: Scope) -> None:
+        key: ApiKey | None = scope.get("state", {}).get("api_key")
+        if key is not None and key.budget is not None and self.budgets is not None:
+            await self.budgets.check(key)
 
     @staticmethod
     def who(scope: Scope) -> str:
@@ -134,8 +143,10 @@ class LimitsMiddleware:
             return
         who, slot = self.who(scope), uuid.uuid4().hex
         try:
+            if generation:
+                await self.check_budget(scope)
             refused = await self.counters.admit(who, self._budget(scope), generation=generation, lease=slot)
-        except GatewayError as exc:  # the shared counters are down and the policy is closed
+        except GatewayError as exc:  # over budget, or the shared counters / store are down
             await error_response(exc)(scope, receive, send)
             return
         if refused is not None:
@@ -164,6 +175,11 @@ class Lease:
         self._counters, self._who, self._slot = counters, who, slot
         self.detached = False
         self._released = False
+        self.after: list[Callable[[], None]] = []  # told once released (usage accounting)
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
     def detach(self) -> Callable[[int], None]:
         self.detached = True
@@ -174,6 +190,8 @@ class Lease:
             return
         self._released = True
         self._counters.release(self._who, self._slot, tokens)
+        for then in self.after:
+            then()
 
 
 class TurnLimits:
@@ -188,6 +206,7 @@ class TurnLimits:
     async def admit(self) -> None:
         slot = uuid.uuid4().hex
         limits = self._limits
+        await limits.check_budget(self._scope)
         refused = await limits.counters.admit(limits.who(self._scope), limits._budget(self._scope),
                                               generation=True, lease=slot)
         if refused is not None:

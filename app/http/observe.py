@@ -7,26 +7,39 @@ per-key numbers go to ``ocm_key_requests`` / ``ocm_key_tokens``.  A WebSocket se
 line (method ``WEBSOCKET``, status 101 once accepted) with the tokens of all its responses.
 An exception that escapes the app before its response started becomes a 500 with an OpenAI
 error body and the request id (never a reset connection).
+
+With a :class:`~app.http.usage.UsageRecorder` each request that named a model is counted for
+its key (tokens by kind, hosted-tool rounds, latency, the error code of a failed one: read
+from the error body, or a stream's terminal error); a ``background`` response is counted when
+its run ends.  The last :data:`RECENT_ERRORS` errors are kept for the operator console.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import re
 import time
+from typing import Any
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics as m
 from app.core.errors import error_body
 from app.core.ids import random_id
+from app.http.limits import Lease
 from app.http.responses import JSONResponse
+from app.http.usage import UsageRecorder, cost_of
 
 log = logging.getLogger("ocm_gateway.access")
 log_errors = logging.getLogger("ocm_gateway")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+RECENT_ERRORS = 200
+_GENERATION = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations", "/v1/completions",
+                         "/v1/embeddings"})
 
 
 def _route(scope: Scope) -> str:
@@ -63,10 +76,26 @@ def _request_id(scope: Scope) -> str:
     return request_id
 
 
+def _error_of(body: bytes) -> tuple[str | None, str]:
+    """The ``code`` and ``message`` of an OpenAI error body (what fits in its first chunk)."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None, ""
+    if not isinstance(error, dict):
+        return None, ""
+    code, message = error.get("code"), error.get("message")
+    return (str(code) if code is not None else None,
+            message[:300] if isinstance(message, str) else "")
+
+
 class ObserveMiddleware:
-    def __init__(self, app: ASGIApp, metrics: m.Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: m.Metrics, usage: UsageRecorder | None = None,
+                 errors: collections.deque[dict[str, Any]] | None = None) -> None:
         self.app = app
         self.metrics = metrics
+        self.usage = usage
+        self.errors = errors if errors is not None else collections.deque(maxlen=RECENT_ERRORS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -81,14 +110,17 @@ class ObserveMiddleware:
         t0 = time.perf_counter()
 
         started = False
+        error_body_start = b""
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status, started
+            nonlocal status, started, error_body_start
             if message["type"] == "http.response.start":
                 status = message["status"]
                 started = True
                 message["headers"] = [*message.get("headers", []),
                                       (b"x-request-id", request_id.encode())]
+            elif status >= 400 and not error_body_start and message["type"] == "http.response.body":
+                error_body_start = message.get("body", b"")[:8192]
             await send(message)
 
         try:
@@ -106,8 +138,12 @@ class ObserveMiddleware:
                                              "internal_error"), status_code=500)(scope, receive, send_wrapper)
         finally:
             m.end(token)
+            if error_body_start and stats.error_code is None:
+                stats.error_code, message = _error_of(error_body_start)
+            else:
+                message = ""
             self._record(scope, request_id, str(scope.get("method")), status, stats,
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, message)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One line and one count per WebSocket session (status 101 once accepted, the HTTP
@@ -137,8 +173,15 @@ class ObserveMiddleware:
             self._record(scope, request_id, "WEBSOCKET", status, stats, time.perf_counter() - t0)
 
     def _record(self, scope: Scope, request_id: str, method: str, status: int,
-                stats: m.RequestStats, elapsed: float) -> None:
+                stats: m.RequestStats, elapsed: float, message: str = "") -> None:
         route = _route(scope)
+        if status >= 400 or stats.error_code is not None:
+            self.errors.append({"time": time.time(), "request_id": request_id, "status": status,
+                                "code": stats.error_code, "message": message, "method": method,
+                                "path": scope.get("path"), "key": _key_name(scope),
+                                "model": stats.model or None})
+        if self.usage is not None and (stats.model or scope.get("path") in _GENERATION):
+            self._account(scope, stats, elapsed, status)
         self.metrics.requests.labels(route, stats.model or "-", str(status)).inc()
         if stats.upstream_seconds:
             self.metrics.overhead.labels(route).observe(max(0.0, elapsed - stats.upstream_seconds))
@@ -154,3 +197,30 @@ class ObserveMiddleware:
                              "completion_tokens": stats.completion_tokens,
                              "duration_ms": round(elapsed * 1000, 2),
                              "upstream_ms": round(stats.upstream_seconds * 1000, 2)}))
+
+    def _account(self, scope: Scope, stats: m.RequestStats, elapsed: float, status: int) -> None:
+        """Count the request for its key; a background run's tokens once its run has ended."""
+        assert self.usage is not None
+        usage = self.usage
+        state = scope.get("state", {})
+        key, name = state.get("api_key"), _key_name(scope) or "-"
+        error = stats.error_code or (str(status) if status >= 400 else None)
+        lease: Lease | None = state.get("limits_lease")
+        counted = (0, 0, 0, 0, 0)
+
+        def count(requests: int, seconds: float | None, error_code: str | None) -> None:
+            nonlocal counted
+            now = (stats.prompt_tokens, stats.cached_tokens, stats.completion_tokens,
+                   stats.reasoning_tokens, stats.tool_rounds)
+            delta = [a - b for a, b in zip(now, counted, strict=True)]
+            counted = now
+            model = stats.model or "-"
+            usage.record(name, model, input_tokens=delta[0], cached_tokens=delta[1],
+                         output_tokens=delta[2], reasoning_tokens=delta[3], tool_rounds=delta[4],
+                         error_code=error_code, seconds=seconds, requests=requests,
+                         cost=cost_of(key, model, delta[0], delta[2]))
+
+        if lease is not None and lease.detached and not lease.released:  # a background run
+            lease.after.append(lambda: count(1, elapsed, stats.error_code or error))
+        else:
+            count(1, elapsed, error)

@@ -69,8 +69,9 @@ _OK: dict[tuple[str, str], Json] = {
     ("/v1/responses/{response_id}/cancel", "post"): {"application/json": {"schema": _RESPONSE}},
     ("/metrics", "get"): {"text/plain": {"schema": {"type": "string"}}},
 }
-_ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key",
-           "404": "Unknown model, response or URL", "413": "Request body too large",
+_ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key (the admin key on /admin)",
+           "404": "Unknown model, response or URL (on /admin: the admin API is off)",
+           "413": "Request body too large",
            "429": "Rate limited",
            "502": "Backend failure, or the model's output failed (tool_not_allowed: a call of a "
                   "function the request does not allow, with x-should-retry: false)",
@@ -93,7 +94,7 @@ def document(app: FastAPI) -> Json:
             ok = _OK.get((path, method))
             if ok is not None:
                 responses.setdefault("200", {"description": "Successful Response"})["content"] = ok
-            if method == "post" or "{" in path or op.get("parameters"):
+            if method == "post" or "{" in path or op.get("parameters") or path.startswith("/admin"):
                 for status, description in _ERRORS.items():
                     responses[status] = {"description": description, "content": {
                         "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}

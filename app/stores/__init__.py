@@ -1,5 +1,6 @@
-"""Where the APIs keep state: the store protocols and their contract (:mod:`.base`), the
-SQLite implementations (the embedded default) and an in-memory one (:mod:`.memory`)."""
+"""Where the APIs keep state: the store protocols and their contract (:mod:`.base`, and
+:mod:`.accounts` for keys and usage), the SQLite implementations (the embedded default),
+PostgreSQL ones (``[store] url``) and in-memory ones (:mod:`.memory`, :mod:`.memory_accounts`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from dataclasses import dataclass, field
 import aiosqlite
 
 from app.config import StoreSettings
+from app.stores.accounts import AccountStore
 from app.stores.base import ConversationStore, ResponseStore
 from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, open_pool
+from app.stores.postgres_accounts import PostgresAccountStore
+from app.stores.sqlite_accounts import SqliteAccountStore
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
 
@@ -28,6 +32,7 @@ class Stores:
     responses: ResponseStore
     conversations: ConversationStore
     local: aiosqlite.Connection
+    accounts: AccountStore
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def close(self) -> None:
@@ -41,10 +46,11 @@ async def open_stores(path: str, url: str | None = None) -> Stores:
     local = await SqliteResponseStore.open(path)
     if url is None:
         conversations = await SqliteConversationStore.open(path)  # same file, own tables
-        return Stores(local, conversations, local.connection, [local.close, conversations.close])
+        accounts = await SqliteAccountStore.open(local.connection)
+        return Stores(local, conversations, local.connection, accounts, [local.close, conversations.close])
     pool = await open_pool(url)
     return Stores(PostgresResponseStore(pool), PostgresConversationStore(pool), local.connection,
-                  [pool.close, local.close])
+                  PostgresAccountStore(pool), [pool.close, local.close])
 
 
 async def retain(stores: Stores, settings: StoreSettings) -> None:

@@ -59,6 +59,23 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX conversation_items_order ON conversation_items (conversation_id, seq);
     CREATE INDEX conversation_items_id ON conversation_items (conversation_id, item_id);
     """,
+    """
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        sha256 TEXT NOT NULL UNIQUE,
+        created_at BIGINT NOT NULL,
+        record BYTEA NOT NULL
+    );
+    CREATE TABLE usage (
+        grain TEXT NOT NULL, bucket BIGINT NOT NULL, key TEXT NOT NULL, model TEXT NOT NULL,
+        requests BIGINT NOT NULL, errors BIGINT NOT NULL, input_tokens BIGINT NOT NULL,
+        cached_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,
+        reasoning_tokens BIGINT NOT NULL, tool_rounds BIGINT NOT NULL,
+        cost DOUBLE PRECISION NOT NULL, latency TEXT NOT NULL, error_codes TEXT NOT NULL,
+        PRIMARY KEY (grain, bucket, key, model)
+    );
+    CREATE INDEX usage_key ON usage (grain, key, bucket);
+    """,
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 
@@ -73,7 +90,7 @@ class StoreUnavailable(Overloaded):
 
 
 @contextlib.asynccontextmanager
-async def _guard() -> AsyncIterator[None]:
+async def guard() -> AsyncIterator[None]:
     try:
         yield
     except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.InternalClientError,
@@ -84,7 +101,8 @@ async def _guard() -> AsyncIterator[None]:
 
 
 async def migrate(pool: asyncpg.Pool) -> int:
-    """Apply the steps not applied yet; the schema version after."""
+    """Apply the steps not applied yet; the schema version after (step 2: keys and usage,
+    :mod:`app.stores.postgres_accounts`)."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
         await conn.execute("CREATE TABLE IF NOT EXISTS ocm_schema (version INT PRIMARY KEY, "
@@ -98,7 +116,7 @@ async def migrate(pool: asyncpg.Pool) -> int:
 
 
 async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    async with _guard():
+    async with guard():
         pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=10,
                                          command_timeout=30)
         await migrate(pool)
@@ -110,7 +128,7 @@ _RESPONSES_LOCK, _CONVERSATIONS_LOCK = _LOCK_KEY + 1, _LOCK_KEY + 2
 
 async def _expire(pool: asyncpg.Pool, lock: int, statements: list[str], created_before: int) -> int:
     """Run the retention deletes unless another replica is running them right now (then 0)."""
-    async with _guard(), pool.acquire() as conn, conn.transaction():
+    async with guard(), pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
             return 0
         status = ""
@@ -127,7 +145,7 @@ class PostgresResponseStore:
         self._owns = owns_pool
 
     async def put(self, resource: Json, input_items: list[Json], owner: str) -> None:
-        async with _guard():
+        async with guard():
             await self._pool.execute(
                 "INSERT INTO responses (id, owner, created_at, status, resource, input_items, updated_at) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
@@ -138,12 +156,12 @@ class PostgresResponseStore:
 
     async def touch(self, response_ids: list[str]) -> None:
         if response_ids:
-            async with _guard():
+            async with guard():
                 await self._pool.execute("UPDATE responses SET updated_at = $1 WHERE id = ANY($2::text[])",
                                          time.time(), response_ids)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        async with _guard():
+        async with guard():
             row = await self._pool.fetchrow(
                 "SELECT resource, input_items, updated_at FROM responses WHERE id = $1 AND owner = $2",
                 response_id, owner)
@@ -152,21 +170,21 @@ class PostgresResponseStore:
         return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), float(row[2]))
 
     async def delete(self, response_id: str, owner: str) -> bool:
-        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
             status = await conn.execute("DELETE FROM responses WHERE id = $1 AND owner = $2",
                                         response_id, owner)
             await conn.execute("DELETE FROM response_events WHERE id = $1 AND owner = $2", response_id, owner)
         return status != "DELETE 0"
 
     async def put_events(self, response_id: str, owner: str, events: list[Json]) -> None:
-        async with _guard():
+        async with guard():
             await self._pool.execute(
                 "INSERT INTO response_events (id, owner, events) VALUES ($1, $2, $3) "
                 "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, events = excluded.events",
                 response_id, owner, zlib.compress(orjson.dumps(events), 1))
 
     async def get_events(self, response_id: str, owner: str) -> list[Json] | None:
-        async with _guard():
+        async with guard():
             blob = await self._pool.fetchval(
                 "SELECT events FROM response_events WHERE id = $1 AND owner = $2", response_id, owner)
         if blob is None:
@@ -182,7 +200,7 @@ class PostgresResponseStore:
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[Json] | None:
         sign, order = (">", "ASC") if ascending else ("<", "DESC")
-        async with _guard():
+        async with guard():
             if after is None:
                 rows = await self._pool.fetch(
                     f"SELECT resource FROM responses WHERE owner = $1 ORDER BY seq {order} LIMIT $2",
@@ -211,7 +229,7 @@ class PostgresConversationStore:
 
     async def create(self, conversation_id: str, owner: str, created_at: int,
                      metadata: dict[str, str], items: list[Json]) -> Json:
-        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
             await conn.execute("INSERT INTO conversations (id, owner, created_at, metadata) "
                                "VALUES ($1, $2, $3, $4)", conversation_id, owner, created_at,
                                orjson.dumps(metadata))
@@ -227,7 +245,7 @@ class PostgresConversationStore:
                 [(conversation_id, owner, str(item["id"]), orjson.dumps(item)) for item in items])
 
     async def get(self, conversation_id: str, owner: str) -> Json | None:
-        async with _guard():
+        async with guard():
             row = await self._pool.fetchrow(
                 "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2",
                 conversation_id, owner)
@@ -236,14 +254,14 @@ class PostgresConversationStore:
 
     async def set_metadata(self, conversation_id: str, owner: str, metadata: dict[str, str],
                            ) -> Json | None:
-        async with _guard():
+        async with guard():
             row = await self._pool.fetchrow(
                 "UPDATE conversations SET metadata = $1 WHERE id = $2 AND owner = $3 RETURNING created_at",
                 orjson.dumps(metadata), conversation_id, owner)
         return None if row is None else conversation_resource(conversation_id, int(row[0]), metadata)
 
     async def delete(self, conversation_id: str, owner: str) -> bool:
-        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
             status = await conn.execute("DELETE FROM conversations WHERE id = $1 AND owner = $2",
                                         conversation_id, owner)
             await conn.execute("DELETE FROM conversation_items WHERE conversation_id = $1 AND owner = $2",
@@ -251,7 +269,7 @@ class PostgresConversationStore:
         return status != "DELETE 0"
 
     async def append(self, conversation_id: str, owner: str, items: list[Json]) -> bool:
-        async with _guard(), self._pool.acquire() as conn, conn.transaction():
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
             found = await conn.fetchval("SELECT 1 FROM conversations WHERE id = $1 AND owner = $2 "
                                         "FOR KEY SHARE", conversation_id, owner)
             if found is None:
@@ -260,7 +278,7 @@ class PostgresConversationStore:
         return True
 
     async def items(self, conversation_id: str, owner: str) -> list[Json]:
-        async with _guard():
+        async with guard():
             rows = await self._pool.fetch("SELECT item FROM conversation_items WHERE conversation_id = $1 "
                                           "AND owner = $2 ORDER BY seq", conversation_id, owner)
         return [orjson.loads(row[0]) for row in rows]
@@ -268,7 +286,7 @@ class PostgresConversationStore:
     async def page(self, conversation_id: str, owner: str, *, limit: int, after: str | None,
                    ascending: bool) -> list[Json] | None:
         sign, order = (">", "ASC") if ascending else ("<", "DESC")
-        async with _guard():
+        async with guard():
             if after is None:
                 rows = await self._pool.fetch(
                     f"SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
@@ -285,7 +303,7 @@ class PostgresConversationStore:
         return [orjson.loads(row[0]) for row in rows]
 
     async def item(self, conversation_id: str, owner: str, item_id: str) -> Json | None:
-        async with _guard():
+        async with guard():
             blob = await self._pool.fetchval(
                 "SELECT item FROM conversation_items WHERE conversation_id = $1 AND owner = $2 "
                 "AND item_id = $3 ORDER BY seq DESC LIMIT 1", conversation_id, owner, item_id)
@@ -298,7 +316,7 @@ class PostgresConversationStore:
             "DELETE FROM conversations WHERE created_at < $1"], created_before)
 
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> bool:
-        async with _guard():
+        async with guard():
             status = await self._pool.execute(
                 "DELETE FROM conversation_items WHERE conversation_id = $1 AND owner = $2 AND item_id = $3",
                 conversation_id, owner, item_id)
