@@ -109,7 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = sub.add_parser("sandbox", add_help=False,
                              help="run the code interpreter's sandbox service (bubblewrap)")
     sandbox.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("keys", add_help=False, help="API keys in the store: create | list | show | update | "
+                   "revoke | rotate (see ocm-gateway keys --help)")
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keys"]:
+        from app.cli.keys import run as run_keys
+
+        return run_keys(argv[1:])
     if argv[:1] == ["conformance"]:  # its options start with "--", which REMAINDER would refuse
         from app.cli.conformance import main as run_conformance
 
