@@ -82,7 +82,7 @@ async function overview() {
         await api(`/admin/runs/${encodeURIComponent(r.id)}/cancel`, { method: "POST" });
         toast("Run cancelled");
         refresh();
-      } }, "Cancel"))))),
+      } }, "Cancel")))),
     "Nothing running right now."));
 }
 
@@ -263,6 +263,8 @@ async function refresh() {
 
 function show(tab) {
   current = tab;
+  $("secret").hidden = true;  // a new secret is shown once: gone when the operator moves on
+  $("secret-value").textContent = "";
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("on", b.dataset.tab === tab);
   for (const s of document.querySelectorAll(".tab")) s.hidden = s.id !== tab;
   refresh();

@@ -1,0 +1,179 @@
+"""The operator console in a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``,
+driven by Selenium), against the real ``ocm-gateway serve`` in front of a real llama.cpp
+(scripted model) and an endless loopback upstream (a run that lasts until cancelled):
+
+log in (a wrong admin key is refused), create a key, use it through the OpenAI SDK, see the
+usage appear, see a live run and cancel it from the page (the client's stream ends, the
+upstream connection closes), revoke the key and see the next request refused.  Screenshots at
+a laptop and a phone viewport are saved to ``.cache/console/`` (docs/console.png is one of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.integration.conftest import run_gateway
+from tests.support.loopback_upstream import LoopbackUpstream
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.timeout(240)
+ADMIN = "console-admin-secret"
+SHOTS = ROOT / ".cache" / "console"
+
+
+def _driver() -> WebDriver:
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    driver_path = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    assert os.path.exists(chromium) and os.path.exists(driver_path), \
+        "install Debian's chromium and chromium-driver (.ci/run does)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,860", "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    driver = _driver()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _config(tmp: Path, fast: str, slow: str) -> Path:
+    digest = hashlib.sha256(ADMIN.encode()).hexdigest()
+    text = f"""
+[store]
+path = "{tmp / 'store.sqlite3'}"
+[admin]
+key_sha256 = "{digest}"
+[auth]
+key_cache_seconds = 1
+[usage]
+flush_seconds = 0.5
+[models."scripted-final"]
+backend = "llamacpp"
+base_urls = ["{fast}"]
+context_window = 4096
+[models."scripted-final".harmony]
+current_date = "2026-11-22"
+[models."endless"]
+backend = "llamacpp"
+base_urls = ["{slow}"]
+context_window = 4096
+"""
+    path = tmp / "gateway.toml"
+    path.write_text(text)
+    return path
+
+
+def _tab(driver: WebDriver, name: str) -> None:
+    driver.find_element(By.CSS_SELECTOR, f'#tabs button[data-tab="{name}"]').click()
+
+
+def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path) -> None:
+    endless = LoopbackUpstream(interval=0.05)
+    wait = WebDriverWait(browser, 20)
+    with endless.running() as slow, run_gateway(_config(tmp_path, llama_final, slow)) as gw:
+        browser.get(f"{gw.url}/console")
+        # a wrong admin key: refused on the page
+        browser.find_element(By.ID, "admin-key").send_keys("wrong")
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "login-error"), "admin key"))
+        browser.find_element(By.ID, "admin-key").send_keys(ADMIN)
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "models"), "scripted-final"))
+        assert "harmony" in browser.find_element(By.ID, "models").text
+        assert ADMIN not in browser.page_source
+
+        # create a key on the page; its secret is shown once
+        _tab(browser, "keys")
+        form = browser.find_element(By.ID, "key-form")
+        form.find_element(By.NAME, "name").send_keys("team-search")
+        form.find_element(By.NAME, "owner").send_keys("search")
+        form.find_element(By.NAME, "requests_per_minute").send_keys("100")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(ec.visibility_of_element_located((By.ID, "secret-value")))
+        secret = browser.find_element(By.ID, "secret-value").text
+        assert secret.startswith("ocm-")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "key-list"), "team-search"))
+
+        # use it through the OpenAI SDK
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=secret, max_retries=0)
+        answer = client.chat.completions.create(model="scripted-final",
+                                                messages=[{"role": "user", "content": "Hello"}])
+        assert answer.choices[0].message.content and answer.usage is not None
+
+        # the usage appears
+        _tab(browser, "usage")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "usage-table"), "team-search"))
+        row = browser.find_element(By.XPATH, "//div[@id='usage-table']//tr[td[text()='scripted-final']]")
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        assert cells[2] == "1" and cells[3] == f"{answer.usage.prompt_tokens:,}", cells
+        assert browser.find_elements(By.CSS_SELECTOR, "#chart svg rect")  # a bar for it
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(SHOTS / "console-usage.png"))
+
+        # a live run appears on the page and is cancelled from it
+        ended = threading.Event()
+        events: list[str] = []
+
+        def stream() -> None:
+            with client.responses.stream(model="endless", input="Go on forever") as s:
+                for event in s:
+                    events.append(event.type)
+            ended.set()
+
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        _tab(browser, "overview")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#runs button[data-cancel]")))
+        assert "team-search" in browser.find_element(By.ID, "runs").text
+        time.sleep(0.5)
+        browser.save_screenshot(str(SHOTS / "console-laptop.png"))
+        browser.find_element(By.CSS_SELECTOR, "#runs button[data-cancel]").click()
+        assert ended.wait(10), "the client's stream did not end after the cancel"
+        assert events and events[-1] in ("response.cancelled", "response.incomplete", "response.failed",
+                                         "response.completed"), events[-3:]
+        deadline = time.monotonic() + 5
+        while not endless.closed_at and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert endless.closed_at, "the upstream request was not cancelled"
+        wait.until(ec.text_to_be_present_in_element((By.ID, "runs"), "Nothing running"))
+
+        # the phone viewport: still readable (no horizontal scroll of the page)
+        browser.set_window_size(390, 844)
+        _tab(browser, "keys")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "key-list"), "team-search"))
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 400, f"the page scrolls sideways on a phone ({width}px)"
+        browser.save_screenshot(str(SHOTS / "console-phone.png"))
+        browser.set_window_size(1280, 860)
+
+        # revoke it on the page: the next request is refused
+        browser.find_element(By.CSS_SELECTOR, "#key-list button[data-revoke]").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "key-list"), "revoked"))
+        with pytest.raises(openai.AuthenticationError):
+            client.chat.completions.create(model="scripted-final",
+                                           messages=[{"role": "user", "content": "Hello"}])
+        _tab(browser, "errors")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "error-list"), "invalid_api_key"))
+        assert secret not in browser.page_source
