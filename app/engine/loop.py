@@ -29,6 +29,7 @@ from typing import Literal
 
 from app import metrics
 from app.core import events as ev
+from app.core import tracing
 from app.core.conversation import Conversation, GenerationParams, Message, TextPart, ToolCall, ToolChoice
 from app.core.errors import GatewayError, to_event
 from app.core.output import Usage
@@ -128,8 +129,14 @@ async def _run_calls(toolbox: Toolbox, calls: Sequence[ToolCall], state: LoopSta
     async def one(call: ToolCall) -> ToolOutcome:
         async with gate:
             try:
-                async with asyncio.timeout(max(state.remaining(), 0.001)):
-                    return await toolbox.call(call.name, call.arguments)
+                with tracing.span(f"execute_tool {call.name}", {
+                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name,
+                        "gen_ai.tool.call.id": call.id}) as span:
+                    async with asyncio.timeout(max(state.remaining(), 0.001)):
+                        outcome = await toolbox.call(call.name, call.arguments)
+                    if span is not None and outcome.error is not None:
+                        tracing.failed(span, "tool_error")
+                    return outcome
             except TimeoutError:
                 return ToolOutcome("", "The response reached its time limit during this call.")
 

@@ -28,6 +28,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics as m
+from app.core import tracing
 from app.core.errors import error_body
 from app.core.ids import random_id
 from app.http.limits import Lease
@@ -105,6 +106,46 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = _request_id(scope)
+        if tracing.enabled:
+            await self._traced(scope, receive, send, request_id)
+            return
+        await self._http(scope, receive, send, request_id)
+
+    async def _traced(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        """The request as one trace: a server span (child of the caller's ``traceparent``)
+        current while the app runs, with the GenAI attributes once it is done."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ())
+                   if k in (b"traceparent", b"tracestate")}
+        method, route = str(scope.get("method")), _route(scope)
+        span = tracing.start(f"{method} {route}", {
+            "http.request.method": method, "url.path": scope.get("path"), "http.route": route,
+            "ocm.request_id": request_id}, kind="SERVER", carrier=headers)
+        outcome: dict[str, Any] = {}
+        try:
+            with tracing.current(span):
+                await self._http(scope, receive, send, request_id, outcome)
+        finally:
+            stats: m.RequestStats | None = outcome.get("stats")
+            status = int(outcome.get("status", 500))
+            span.set_attribute("http.response.status_code", status)
+            key = _key_name(scope)
+            if key:
+                span.set_attribute("ocm.key", key)
+            if stats is not None and stats.model:
+                for name, value in (("gen_ai.operation.name", "chat"), ("gen_ai.request.model", stats.model),
+                                    ("gen_ai.response.model", stats.model),
+                                    ("gen_ai.usage.input_tokens", stats.prompt_tokens),
+                                    ("gen_ai.usage.output_tokens", stats.completion_tokens),
+                                    ("ocm.usage.reasoning_tokens", stats.reasoning_tokens),
+                                    ("ocm.usage.cached_tokens", stats.cached_tokens),
+                                    ("ocm.tool_rounds", stats.tool_rounds)):
+                    span.set_attribute(name, value)
+            if status >= 400 or (stats is not None and stats.error_code):
+                tracing.failed(span, (stats.error_code if stats is not None else None) or str(status))
+            span.end()
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send, request_id: str,
+                    outcome: dict[str, Any] | None = None) -> None:
         stats, token = m.begin(self.metrics)
         status = 500
         t0 = time.perf_counter()
@@ -144,6 +185,8 @@ class ObserveMiddleware:
                 message = ""
             self._record(scope, request_id, str(scope.get("method")), status, stats,
                          time.perf_counter() - t0, message)
+            if outcome is not None:
+                outcome.update(stats=stats, status=status)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One line and one count per WebSocket session (status 101 once accepted, the HTTP

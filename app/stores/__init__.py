@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import aiosqlite
 
 from app.config import StoreSettings
+from app.core.tracing import traced
 from app.stores.accounts import AccountStore
 from app.stores.base import ConversationStore, ResponseStore
 from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, open_pool
@@ -47,10 +48,12 @@ async def open_stores(path: str, url: str | None = None) -> Stores:
     if url is None:
         conversations = await SqliteConversationStore.open(path)  # same file, own tables
         accounts = await SqliteAccountStore.open(local.connection)
-        return Stores(local, conversations, local.connection, accounts, [local.close, conversations.close])
+        return Stores(traced(local, "sqlite"), traced(conversations, "sqlite"), local.connection,
+                      traced(accounts, "sqlite"), [local.close, conversations.close])
     pool = await open_pool(url)
-    return Stores(PostgresResponseStore(pool), PostgresConversationStore(pool), local.connection,
-                  PostgresAccountStore(pool), [pool.close, local.close])
+    return Stores(traced(PostgresResponseStore(pool), "postgresql"),
+                  traced(PostgresConversationStore(pool), "postgresql"), local.connection,
+                  traced(PostgresAccountStore(pool), "postgresql"), [pool.close, local.close])
 
 
 async def retain(stores: Stores, settings: StoreSettings) -> None:

@@ -36,10 +36,11 @@ def write_config(path: Path, models: dict[str, str], store: Path) -> Path:
 
 
 @contextmanager
-def run_gateway(config: Path) -> Iterator[Running]:
+def run_gateway(config: Path, extra_env: dict[str, str] | None = None) -> Iterator[Running]:
     """``ocm-gateway serve --config CONFIG`` on a free loopback port."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMGW", "OTEL_"))}
+    env.update(extra_env or {})
     cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--log-level", "warning"]
     with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=60, env=env) as running:

@@ -54,6 +54,7 @@ class Replay:
         self.record = load(name, server)
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.headers: list[httpx.Headers] = []
         self.closed = 0
 
     def _closed(self) -> None:
@@ -63,6 +64,7 @@ class Replay:
         if request.method != self.record["request"]["method"]:
             return httpx.Response(404)  # e.g. the gateway's discovery GETs next to a POST recording
         self.paths.append(request.url.path)
+        self.headers.append(request.headers)
         self.requests.append(json.loads(request.content) if request.content else {})
         return recorded_response(self.record, self._closed)
 
