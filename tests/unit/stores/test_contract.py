@@ -173,11 +173,38 @@ async def test_postgres_migrations_are_safe_to_run_concurrently(postgres: str) -
     url = postgres.rsplit("/", 1)[0] + f"/{name}"
     pools = await asyncio.gather(*(open_pool(url, max_size=2) for _ in range(4)))
     try:
-        assert await asyncio.gather(*(migrate(p) for p in pools)) == [1, 1, 1, 1]
-        rows = await pools[0].fetch("SELECT version FROM ocm_schema")
-        assert [r[0] for r in rows] == [1]
+        assert await asyncio.gather(*(migrate(p) for p in pools)) == [2, 2, 2, 2]
+        rows = await pools[0].fetch("SELECT version FROM ocm_schema ORDER BY version")
+        assert [r[0] for r in rows] == [1, 2]
     finally:
         await asyncio.gather(*(p.close() for p in pools))
+
+
+async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str) -> None:
+    """A database made by the previous release (step 1 only, with data) gets step 2 (keys and
+    usage) at the next start, its data untouched."""
+    from app.stores.postgres import MIGRATIONS
+
+    name = f"u{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres)
+    await admin.execute(f"CREATE DATABASE {name}")
+    await admin.close()
+    url = postgres.rsplit("/", 1)[0] + f"/{name}"
+    old = await asyncpg.connect(url)
+    await old.execute(MIGRATIONS[0])
+    await old.execute("CREATE TABLE ocm_schema (version INT PRIMARY KEY, "
+                      "applied_at DOUBLE PRECISION NOT NULL); INSERT INTO ocm_schema VALUES (1, 0)")
+    await old.close()
+    store = PostgresResponseStore(await asyncpg.create_pool(url, min_size=1, max_size=2), owns_pool=True)
+    await store.put(response("r-old"), [], "alice")
+    await store.close()
+    pool = await open_pool(url, max_size=2)
+    try:
+        assert [r[0] for r in await pool.fetch("SELECT version FROM ocm_schema ORDER BY version")] == [1, 2]
+        assert await PostgresResponseStore(pool).get("r-old", "alice") is not None
+        assert await pool.fetchval("SELECT count(*) FROM api_keys") == 0
+    finally:
+        await pool.close()
 
 
 async def test_postgres_down_is_a_503_not_a_miss(postgres: str) -> None:

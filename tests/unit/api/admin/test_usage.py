@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from app.config import GatewayConfig
 from tests.support.gateway import MODEL, gateway
 from tests.support.wire import Replay
 from tests.unit.api.admin.test_keys import ADMIN_H, CHAT, admin_config, bearer
@@ -104,3 +105,39 @@ async def test_a_background_response_is_counted_when_its_run_ends(tmp_path: Path
         assert rows[0]["requests"] == 1
         assert rows[0]["input_tokens"] == done["usage"]["input_tokens"] > 0
         assert rows[0]["output_tokens"] == done["usage"]["output_tokens"]
+
+
+async def test_keys_usage_and_budgets_on_postgres(tmp_path: Path) -> None:
+    """Two gateways on one PostgreSQL database (each with its own local SQLite file): a key
+    made on A works on B, its usage adds up from both, its budget stops it on both, a
+    revocation on A reaches B."""
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as url:
+        def cfg(name: str) -> GatewayConfig:
+            c = admin_config(tmp_path / f"{name}.sqlite3", auth={"key_cache_seconds": 0.3},
+                             usage={"flush_seconds": 0.2, "budget_refresh_seconds": 0.1})
+            return c.model_copy(update={"store": c.store.model_copy(update={"url": url})})
+
+        replay = Replay("03a_completion_tokenids_stream")
+        async with gateway(replay.transport(), cfg("a")) as a, gateway(replay.transport(), cfg("b")) as b:
+            made = (await a.post("/admin/keys", headers=ADMIN_H, json={
+                "name": "pg", "budget": {"tokens": 200, "period": "month"}})).json()
+            key = bearer(made["secret"])
+            used = 0
+            for client in (a, b, a, b):
+                r = await client.post("/v1/chat/completions", json=CHAT, headers=key)
+                if r.status_code != 200:
+                    break
+                used += r.json()["usage"]["total_tokens"]
+                await asyncio.sleep(0.5)  # flushed, re-read everywhere
+            assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
+            assert used >= 200
+            rows = (await b.get("/admin/usage", headers=ADMIN_H,
+                                params={"group_by": "key", "key": made["id"]})).json()["data"]
+            assert rows[0]["total_tokens"] == used
+            listed = (await b.get("/admin/keys", headers=ADMIN_H)).json()["data"]
+            assert [k["id"] for k in listed] == [made["id"]]
+            await b.post(f"/admin/keys/{made['id']}/revoke", headers=ADMIN_H)
+            await asyncio.sleep(0.4)
+            assert (await a.post("/v1/chat/completions", json=CHAT, headers=key)).status_code == 401
