@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.support.process import free_port, stop
 
@@ -81,3 +82,21 @@ def postgres_server() -> Iterator[str]:
     """Start one; yields its URL (``postgresql://ocm@127.0.0.1:PORT/postgres``)."""
     with postgres_cluster() as cluster:
         yield cluster.url
+
+
+async def fresh_pool(url: str, max_size: int = 4) -> Any:
+    """An ``open_pool`` (migrated) on a new database of the server at ``url``: each test
+    starts empty."""
+    import uuid
+
+    import asyncpg
+
+    from app.stores.postgres import open_pool
+
+    name = f"t{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=max_size)

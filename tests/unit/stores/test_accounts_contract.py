@@ -4,38 +4,25 @@ real server) and memory: the same scenarios on each."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import asyncpg
 import pytest
 
 from app.stores.accounts import AccountStore, UsageRow, period_end, period_start
 from app.stores.memory_accounts import MemoryAccountStore
-from app.stores.postgres import open_pool
 from app.stores.postgres_accounts import PostgresAccountStore
 from app.stores.sqlite_accounts import SqliteAccountStore
 from app.stores.sqlite_db import configure
-from tests.support.postgres import postgres_server
+from tests.support.postgres import fresh_pool, postgres_server
 
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[str]:
     with postgres_server() as url:
         yield url
-
-
-async def _fresh_pool(url: str) -> asyncpg.Pool:
-    name = f"t{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=4)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "memory"])
@@ -46,7 +33,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield await SqliteAccountStore.open(db)
         await db.close()
     elif request.param == "postgres":
-        pool = await _fresh_pool(request.getfixturevalue("postgres"))
+        pool = await fresh_pool(request.getfixturevalue("postgres"))
         yield PostgresAccountStore(pool)
         await pool.close()
     else:

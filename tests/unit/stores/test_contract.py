@@ -18,7 +18,7 @@ from app.stores.memory import MemoryConversationStore, MemoryResponseStore
 from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, migrate, open_pool
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
-from tests.support.postgres import postgres_server
+from tests.support.postgres import fresh_pool, postgres_server
 
 Json = dict[str, Any]
 
@@ -34,13 +34,8 @@ def postgres() -> Iterator[str]:
 
 async def _fresh(url: str) -> asyncpg.Pool:
     """A pool on a database of its own (each test starts empty)."""
-    name = f"t{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=4)
+    pool: asyncpg.Pool = await fresh_pool(url)
+    return pool
 
 
 async def _open(kind: str, request: pytest.FixtureRequest, tmp_path: Path, sqlite: Any, postgres: Any,
