@@ -17,7 +17,14 @@ from dataclasses import dataclass, field, replace
 from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import metrics
 from app.core import tracing
-from app.core.conversation import Conversation, GenerationParams, ImagePart, ReasoningEffort, part_param
+from app.core.conversation import (
+    Conversation,
+    GenerationParams,
+    ImagePart,
+    ReasoningEffort,
+    TextPart,
+    part_param,
+)
 from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk
 from app.core.prompt import Prompt
@@ -27,7 +34,8 @@ from app.engine.stream import EventStream, invalid_output
 from app.formats.catalog import HarmonyFormat, PromptFormat
 
 log = logging.getLogger("ocm_gateway")
-BIG_MESSAGES = 256  # a conversation with more is rendered in a worker thread
+BIG_MESSAGES = 256  # a conversation with more messages is rendered in a worker thread,
+BIG_TEXT = 32_768  # or with more characters of text (encoding 256 KB takes ~40 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +193,18 @@ def droppable_turns(conv: Conversation) -> int:
     return max(sum(1 for m in conv.messages if m.role == "user") - 1, 0)
 
 
+def _text_size(conv: Conversation) -> int:
+    """Characters of text in the conversation's messages (at most :data:`BIG_TEXT` + one
+    message's worth: it stops counting once past it)."""
+    size = 0
+    for message in conv.messages:
+        size += sum(len(p.text) for p in message.content if isinstance(p, TextPart))
+        size += len(message.reasoning or "") + sum(len(c.arguments) for c in message.tool_calls)
+        if size > BIG_TEXT:
+            break
+    return size
+
+
 async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
                   truncate: bool = False) -> Prepared:
     """:func:`_prepare`, as a ``plan`` span when tracing is on."""
@@ -210,7 +230,7 @@ async def _prepare(route: ModelRoute, conv: Conversation, params: GenerationPara
     await route.format.prepare()
     window = await context_window(route)
 
-    big = len(conv.messages) > BIG_MESSAGES
+    big = len(conv.messages) > BIG_MESSAGES or _text_size(conv) > BIG_TEXT
 
     async def attempt(candidate: Conversation, dropped: int) -> Prepared:
         # Rendering a long history is CPU work: off the event loop (the thread gives the GIL

@@ -58,3 +58,27 @@ async def test_binary_search_drops_what_one_by_one_drops(lengths: list[int], win
         return
     assert linear is not None
     assert got.conversation == linear and got.dropped_messages == dropped
+
+
+@pytest.mark.parametrize(("messages", "text", "in_thread"), [
+    (3, 1_000, False),  # small: rendered on the event loop (a thread hop costs more)
+    (3, 64_000, True),  # one long message (encoding 256 KB holds the loop ~40 ms)
+    (600, 10, True),  # many short ones
+])
+@pytest.mark.asyncio
+async def test_big_prompts_are_rendered_off_the_event_loop(messages: int, text: int,
+                                                           in_thread: bool) -> None:
+    import threading
+
+    seen: list[bool] = []
+
+    class Watching(HarmonyFormat):
+        def render(self, conv: Conversation, params: GenerationParams):  # type: ignore[no-untyped-def]
+            seen.append(threading.current_thread() is not threading.main_thread())
+            return super().render(conv, params)
+
+    route = ModelRoute("m", _Stub(), Watching(), context_window=1_000_000)  # type: ignore[arg-type]
+    conv = Conversation(tuple(Message("user", (TextPart("x " * (text // 2)),))
+                              for _ in range(messages)))
+    await prepare(route, conv, GenerationParams())
+    assert seen == [in_thread]
