@@ -21,7 +21,9 @@ Contract (both stores):
 :class:`ResponseStore`: ``put`` is an upsert of a response's resource (``id``,
 ``created_at``, ``status`` inside it) and its input context; it also stamps the time, which
 ``touch`` renews for runs still in flight in this process (a run whose process died is told
-by its stale time).  ``put_events`` / ``get_events`` keep a background response's streamed
+by its stale time).  Context items of :data:`app.stores.blobs.BLOB_MIN` bytes or more are kept
+once per owner and shared by every response whose context holds them (the rules:
+:mod:`app.stores.blobs`).  ``put_events`` / ``get_events`` keep a background response's streamed
 events for readers after its end.  ``delete`` removes the response and its events.
 
 :class:`ConversationStore`: ``create`` makes a conversation with its first items; ``append``
@@ -73,6 +75,11 @@ class ResponseStore(Protocol):
 
     async def expire(self, created_before: int) -> int:
         """Delete every response (and its events) created before this Unix time; how many."""
+        ...
+
+    async def blob_sizes(self, owner: str) -> dict[str, int]:
+        """The large context items ``owner``'s responses share, stored once each
+        (:mod:`app.stores.blobs`): digest -> bytes."""
         ...
 
     async def close(self) -> None: ...

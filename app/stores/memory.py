@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from app.stores import blobs
 from app.stores.base import Json, StoredResponse, conversation_resource
 
 
@@ -33,7 +34,8 @@ def _page(ordered: list[tuple[str, Json]], limit: int, after: str | None, ascend
 class _Response:
     owner: str
     resource: Json
-    input_items: list[Json]
+    input_items: bytes  # as :func:`app.stores.blobs.split` stores them
+    digests: frozenset[str]
     updated_at: float
 
 
@@ -41,13 +43,23 @@ class MemoryResponseStore:
     def __init__(self) -> None:
         self._rows: dict[str, _Response] = {}  # insertion order = creation order
         self._events: dict[str, tuple[str, list[Json]]] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}  # (owner, digest) -> an item's JSON
 
     async def put(self, resource: Json, input_items: list[Json], owner: str) -> None:
-        row = _Response(owner, _copy(resource), _copy(input_items), time.time())
-        if resource["id"] in self._rows:
-            self._rows[resource["id"]] = row  # keeps its place
-        else:
-            self._rows[resource["id"]] = row
+        stored = blobs.split(input_items)
+        for digest, data in stored.blobs.items():
+            self._blobs[owner, digest] = data
+        # an existing id keeps its place (insertion order)
+        self._rows[resource["id"]] = _Response(owner, _copy(resource), stored.items,
+                                               frozenset(stored.blobs), time.time())
+
+    def _drop_orphans(self, candidates: set[tuple[str, str]]) -> None:
+        used = {(row.owner, digest) for row in self._rows.values() for digest in row.digests}
+        for key in candidates - used:
+            self._blobs.pop(key, None)
+
+    async def blob_sizes(self, owner: str) -> dict[str, int]:
+        return {digest: len(data) for (who, digest), data in self._blobs.items() if who == owner}
 
     async def touch(self, response_ids: list[str]) -> None:
         now = time.time()
@@ -59,7 +71,9 @@ class MemoryResponseStore:
         row = self._rows.get(response_id)
         if row is None or row.owner != owner:
             return None
-        return StoredResponse(_copy(row.resource), _copy(row.input_items), row.updated_at)
+        items, _ = blobs.references(row.input_items)
+        found = {digest: data for (who, digest), data in self._blobs.items() if who == owner}
+        return blobs.stored(_copy(row.resource), items, found, row.updated_at)
 
     async def delete(self, response_id: str, owner: str) -> bool:
         row = self._rows.get(response_id)
@@ -68,6 +82,7 @@ class MemoryResponseStore:
         del self._rows[response_id]
         if self._events.get(response_id, ("",))[0] == owner:
             del self._events[response_id]
+        self._drop_orphans({(owner, digest) for digest in row.digests})
         return True
 
     async def put_events(self, response_id: str, owner: str, events: list[Json]) -> None:
@@ -87,6 +102,7 @@ class MemoryResponseStore:
         for rid in old:
             del self._rows[rid]
             self._events.pop(rid, None)
+        self._drop_orphans(set(self._blobs))  # in memory no write is ever half-way: no grace
         return len(old)
 
     async def close(self) -> None:

@@ -8,6 +8,11 @@ contract: :mod:`app.stores.base`).  Selected by ``[store] url = "postgresql://..
   ``response_events``, ``conversations``, ``conversation_items`` (an identity sequence per
   row; appends are row inserts).  Objects are stored as orjson bytes (events zlib-compressed),
   never parsed by the server.
+* **Blobs** (step 3; :mod:`app.stores.blobs`): a put upserts its blobs in digest order (the
+  upsert locks each row), a delete locks the blobs of its response in the same order before it
+  looks for other references in a new statement; so a put racing a delete either lands first
+  (its reference is seen and the blob stays) or after (it writes the blob again).  The
+  retention sweep deletes only blobs unused for ``SWEEP_GRACE`` (a put re-marks ``used_at``).
 * **Concurrency**: an append locks its conversation's row ``FOR KEY SHARE`` and a delete
   takes it exclusively, so an append racing a delete either lands before it (and is deleted
   with it) or finds no conversation (no orphans); concurrent appends never lose an item.
@@ -27,6 +32,7 @@ import asyncpg
 import orjson
 
 from app.core.errors import Overloaded
+from app.stores import blobs
 from app.stores.base import Json, StoredResponse, conversation_resource
 
 MIGRATIONS: tuple[str, ...] = (
@@ -75,6 +81,22 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (grain, bucket, key, model)
     );
     CREATE INDEX usage_key ON usage (grain, key, bucket);
+    """,
+    """
+    CREATE TABLE blobs (
+        owner TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        used_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (owner, digest)
+    );
+    CREATE TABLE response_blobs (
+        id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        PRIMARY KEY (id, digest)
+    );
+    CREATE INDEX response_blobs_digest ON response_blobs (owner, digest);
     """,
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
@@ -126,14 +148,18 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
 _RESPONSES_LOCK, _CONVERSATIONS_LOCK = _LOCK_KEY + 1, _LOCK_KEY + 2
 
 
-async def _expire(pool: asyncpg.Pool, lock: int, statements: list[str], created_before: int) -> int:
-    """Run the retention deletes unless another replica is running them right now (then 0)."""
+async def _expire(pool: asyncpg.Pool, lock: int, statements: list[str], created_before: int,
+                  after: tuple[tuple[str, Any], ...] = ()) -> int:
+    """Run the retention deletes unless another replica is running them right now (then 0);
+    how many the last of ``statements`` deleted (``after``: more, with their own argument)."""
     async with guard(), pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
             return 0
         status = ""
         for statement in statements:
             status = await conn.execute(statement, created_before)
+        for statement, argument in after:
+            await conn.execute(statement, argument)
         return int(status.rsplit(" ", 1)[-1] or 0)
 
 
@@ -145,14 +171,26 @@ class PostgresResponseStore:
         self._owns = owns_pool
 
     async def put(self, resource: Json, input_items: list[Json], owner: str) -> None:
-        async with guard():
-            await self._pool.execute(
+        stored, now, rid = blobs.split(input_items), time.time(), resource["id"]
+        digests = sorted(stored.blobs)
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
+            if digests:  # in digest order, each row locked by its upsert: see the module's docstring
+                await conn.execute(
+                    "INSERT INTO blobs (owner, digest, data, used_at) SELECT $1, d, x, $4 "
+                    "FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS b(d, x, n) ORDER BY n "
+                    "ON CONFLICT (owner, digest) DO UPDATE SET used_at = excluded.used_at",
+                    owner, digests, [stored.blobs[d] for d in digests], now)
+            await conn.execute("DELETE FROM response_blobs WHERE id = $1", rid)
+            if digests:
+                await conn.execute("INSERT INTO response_blobs (id, owner, digest) "
+                                   "SELECT $1, $2, unnest($3::text[])", rid, owner, digests)
+            await conn.execute(
                 "INSERT INTO responses (id, owner, created_at, status, resource, input_items, updated_at) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
                 "created_at = excluded.created_at, status = excluded.status, resource = excluded.resource, "
                 "input_items = excluded.input_items, updated_at = excluded.updated_at",
-                resource["id"], owner, int(resource["created_at"]), resource["status"],
-                orjson.dumps(resource), orjson.dumps(input_items), time.time())
+                rid, owner, int(resource["created_at"]), resource["status"],
+                orjson.dumps(resource), stored.items, now)
 
     async def touch(self, response_ids: list[str]) -> None:
         if response_ids:
@@ -165,16 +203,40 @@ class PostgresResponseStore:
             row = await self._pool.fetchrow(
                 "SELECT resource, input_items, updated_at FROM responses WHERE id = $1 AND owner = $2",
                 response_id, owner)
-        if row is None:
-            return None
-        return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), float(row[2]))
+            if row is None:
+                return None
+            items, digests = blobs.references(row[1])
+            found = {} if not digests else {digest: data for digest, data in await self._pool.fetch(
+                "SELECT digest, data FROM blobs WHERE owner = $1 AND digest = ANY($2::text[])",
+                owner, digests)}
+        return blobs.stored(orjson.loads(row[0]), items, found, float(row[2]))
 
     async def delete(self, response_id: str, owner: str) -> bool:
+        """The response, its events, and the blobs only it referenced (see the module's docstring)."""
         async with guard(), self._pool.acquire() as conn, conn.transaction():
+            digests = [row[0] for row in await conn.fetch(
+                "SELECT digest FROM response_blobs WHERE id = $1 AND owner = $2 ORDER BY digest",
+                response_id, owner)]
+            if digests:
+                await conn.execute("SELECT 1 FROM blobs WHERE owner = $1 AND digest = ANY($2::text[]) "
+                                   "ORDER BY digest FOR UPDATE", owner, digests)
             status = await conn.execute("DELETE FROM responses WHERE id = $1 AND owner = $2",
                                         response_id, owner)
             await conn.execute("DELETE FROM response_events WHERE id = $1 AND owner = $2", response_id, owner)
+            if digests:
+                await conn.execute("DELETE FROM response_blobs WHERE id = $1 AND owner = $2",
+                                   response_id, owner)
+                await conn.execute(  # a new statement: it sees every reference committed meanwhile
+                    "DELETE FROM blobs b WHERE owner = $1 AND digest = ANY($2::text[]) AND NOT EXISTS "
+                    "(SELECT 1 FROM response_blobs r WHERE r.owner = b.owner AND r.digest = b.digest)",
+                    owner, digests)
         return status != "DELETE 0"
+
+    async def blob_sizes(self, owner: str) -> dict[str, int]:
+        """``owner``'s stored blobs: digest -> bytes."""
+        async with guard():
+            rows = await self._pool.fetch("SELECT digest, length(data) FROM blobs WHERE owner = $1", owner)
+        return {digest: int(size) for digest, size in rows}
 
     async def put_events(self, response_id: str, owner: str, events: list[Json]) -> None:
         async with guard():
@@ -195,7 +257,11 @@ class PostgresResponseStore:
     async def expire(self, created_before: int) -> int:
         return await _expire(self._pool, _RESPONSES_LOCK, [
             "DELETE FROM response_events WHERE id IN (SELECT id FROM responses WHERE created_at < $1)",
-            "DELETE FROM responses WHERE created_at < $1"], created_before)
+            "DELETE FROM response_blobs WHERE id IN (SELECT id FROM responses WHERE created_at < $1)",
+            "DELETE FROM responses WHERE created_at < $1"], created_before,
+            after=(("DELETE FROM blobs b WHERE used_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+                    "response_blobs r WHERE r.owner = b.owner AND r.digest = b.digest)",
+                    time.time() - blobs.SWEEP_GRACE),))
 
     async def page(self, owner: str, *, limit: int, after: str | None, ascending: bool,
                    ) -> list[Json] | None:

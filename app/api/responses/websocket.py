@@ -112,6 +112,9 @@ class SocketStore:
     async def expire(self, created_before: int) -> int:
         return await self.shared.expire(created_before)
 
+    async def blob_sizes(self, owner: str) -> dict[str, int]:
+        return await self.shared.blob_sizes(owner)
+
     async def close(self) -> None:
         return None  # the shared store is the application's
 

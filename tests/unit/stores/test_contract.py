@@ -6,62 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 
 from app.stores.base import ConversationStore, ResponseStore
-from app.stores.memory import MemoryConversationStore, MemoryResponseStore
-from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, migrate, open_pool
-from app.stores.sqlite_conversations import SqliteConversationStore
-from app.stores.sqlite_responses import SqliteResponseStore
-from tests.support.postgres import fresh_pool, postgres_server
+from app.stores.postgres import PostgresResponseStore, migrate, open_pool
+from tests.unit.stores.conftest import fresh
 
 Json = dict[str, Any]
-
-
-KINDS = ["sqlite", "postgres", "memory"]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-async def _fresh(url: str) -> asyncpg.Pool:
-    """A pool on a database of its own (each test starts empty)."""
-    pool: asyncpg.Pool = await fresh_pool(url)
-    return pool
-
-
-async def _open(kind: str, request: pytest.FixtureRequest, tmp_path: Path, sqlite: Any, postgres: Any,
-                memory: Any) -> Any:
-    """One store of ``kind``: a SQLite file, a fresh PostgreSQL database, or memory."""
-    if kind == "sqlite":
-        return await sqlite.open(tmp_path / "s.sqlite3")
-    if kind == "postgres":
-        return postgres(await _fresh(request.getfixturevalue("postgres")), owns_pool=True)
-    return memory()
-
-
-@pytest.fixture(params=KINDS)
-async def responses(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ResponseStore]:
-    store: ResponseStore = await _open(request.param, request, tmp_path, SqliteResponseStore,
-                                       PostgresResponseStore, MemoryResponseStore)
-    yield store
-    await store.close()
-
-
-@pytest.fixture(params=KINDS)
-async def conversations(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    store: ConversationStore = await _open(request.param, request, tmp_path, SqliteConversationStore,
-                                           PostgresConversationStore, MemoryConversationStore)
-    yield store
-    await store.close()
 
 
 def response(rid: str, status: str = "completed") -> Json:
@@ -168,16 +123,17 @@ async def test_postgres_migrations_are_safe_to_run_concurrently(postgres: str) -
     url = postgres.rsplit("/", 1)[0] + f"/{name}"
     pools = await asyncio.gather(*(open_pool(url, max_size=2) for _ in range(4)))
     try:
-        assert await asyncio.gather(*(migrate(p) for p in pools)) == [2, 2, 2, 2]
+        assert await asyncio.gather(*(migrate(p) for p in pools)) == [3, 3, 3, 3]
         rows = await pools[0].fetch("SELECT version FROM ocm_schema ORDER BY version")
-        assert [r[0] for r in rows] == [1, 2]
+        assert [r[0] for r in rows] == [1, 2, 3]
     finally:
         await asyncio.gather(*(p.close() for p in pools))
 
 
 async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str) -> None:
-    """A database made by the previous release (step 1 only, with data) gets step 2 (keys and
-    usage) at the next start, its data untouched."""
+    """A database made by an older release (step 1 only, with data written as that release
+    wrote it) gets step 2 (keys and usage) and step 3 (blobs) at the next start, its data
+    untouched and readable."""
     from app.stores.postgres import MIGRATIONS
 
     name = f"u{uuid.uuid4().hex[:12]}"
@@ -189,14 +145,17 @@ async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str
     await old.execute(MIGRATIONS[0])
     await old.execute("CREATE TABLE ocm_schema (version INT PRIMARY KEY, "
                       "applied_at DOUBLE PRECISION NOT NULL); INSERT INTO ocm_schema VALUES (1, 0)")
+    big = {"type": "message", "role": "user", "content": "x" * 20_000}  # inline, as stored then
+    await old.execute("INSERT INTO responses (id, owner, created_at, status, resource, input_items, "
+                      "updated_at) VALUES ($1, $2, 1, 'completed', $3, $4, 0)", "r-old", "alice",
+                      orjson.dumps(response("r-old")), orjson.dumps([big]))
     await old.close()
-    store = PostgresResponseStore(await asyncpg.create_pool(url, min_size=1, max_size=2), owns_pool=True)
-    await store.put(response("r-old"), [], "alice")
-    await store.close()
     pool = await open_pool(url, max_size=2)
     try:
-        assert [r[0] for r in await pool.fetch("SELECT version FROM ocm_schema ORDER BY version")] == [1, 2]
-        assert await PostgresResponseStore(pool).get("r-old", "alice") is not None
+        versions = await pool.fetch("SELECT version FROM ocm_schema ORDER BY version")
+        assert [r[0] for r in versions] == [1, 2, 3]
+        got = await PostgresResponseStore(pool).get("r-old", "alice")
+        assert got is not None and got.input_items == [big]
         assert await pool.fetchval("SELECT count(*) FROM api_keys") == 0
     finally:
         await pool.close()
@@ -205,7 +164,7 @@ async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str
 async def test_postgres_down_is_a_503_not_a_miss(postgres: str) -> None:
     from app.stores.postgres import StoreUnavailable
 
-    store = PostgresResponseStore(await _fresh(postgres), owns_pool=True)
+    store = PostgresResponseStore(await fresh(postgres), owns_pool=True)
     await store.put(response("r1"), [], "alice")
     await store._pool.close()  # as if the server went away under the pool
     with pytest.raises(StoreUnavailable) as failure:
@@ -234,7 +193,7 @@ async def test_conversation_retention_deletes_what_is_older(conversations: Conve
 
 
 async def test_postgres_retention_runs_once_across_replicas(postgres: str) -> None:
-    pool = await _fresh(postgres)
+    pool = await fresh(postgres)
     stores = [PostgresResponseStore(pool) for _ in range(4)]  # four replicas' stores
     for n in range(200):
         await stores[0].put({**response(f"r{n}"), "created_at": 100}, [], "alice")
