@@ -318,11 +318,17 @@ class ResponsesService:
 
     async def _cancel_elsewhere(self, response_id: str, who: Principal) -> Json:
         """The run is another replica's: signal it, then wait (5 s at most) for its owner to
-        store the end."""
-        await self.signals.cancel(response_id)
+        store the end.  A published signal reaches only listeners subscribed at that moment (a
+        replica whose Redis connection is being re-made misses it), so it is published again
+        every half second until the end is stored: delivered at least once, and a cancel is
+        idempotent."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 5.0
+        signal_at = loop.time()
         while loop.time() < deadline:
+            if loop.time() >= signal_at:
+                await self.signals.cancel(response_id)
+                signal_at = loop.time() + 0.5
             await asyncio.sleep(0.05)
             stored = await self._stored(response_id, who)
             if stored.resource["status"] not in ("queued", "in_progress"):

@@ -1,6 +1,7 @@
 """Two gateways on one PostgreSQL (``[store] url``): a response made on one is read,
 continued, listed and deleted on the other; a conversation grows from both; with Redis too,
-a cancel on one stops the run on the other.  (Stream resume across replicas: not yet.)"""
+a cancel on one stops the run on the other (even when the first signal is lost), and a stream
+started on one resumes on the other."""
 
 from __future__ import annotations
 
@@ -111,6 +112,35 @@ async def test_a_cancel_on_one_replica_stops_the_run_on_another(postgres: str, t
             assert cancelled.json()["status"] == "cancelled" and time.monotonic() - t0 < 1.0
             assert upstream.closed_at is not None  # A closed its upstream request
             assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+
+
+async def test_a_cancel_reaches_a_replica_that_missed_the_first_signal(postgres: str, tmp_path: Any) -> None:
+    """Redis pub/sub delivers only to listeners subscribed at that moment: A's subscription is
+    killed (``CLIENT KILL TYPE pubsub``) just before B's cancel, so the first signal is lost
+    while A re-subscribes (1 s). B publishes again until the end is stored: the cancel lands."""
+    import redis.asyncio as aioredis
+
+    from app.engine.signals import CHANNEL
+
+    url = await database(postgres)
+    upstream = EndlessUpstream()
+    with redis_server() as redis:
+        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
+            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                        "background": True})).json()["id"]
+            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+            await asyncio.sleep(0.2)
+            admin = aioredis.from_url(redis.url)
+            try:
+                assert await admin.client_kill_filter(_type="pubsub") >= 1
+                assert await admin.pubsub_numsub(CHANNEL) == [(CHANNEL.encode(), 0)]  # nobody listens now
+            finally:
+                await admin.aclose()
+            cancelled = await b.post(f"/v1/responses/{rid}/cancel")
+            assert cancelled.status_code == 200, cancelled.text
+            assert cancelled.json()["status"] == "cancelled"
+            assert upstream.closed_at is not None
 
 
 async def test_a_stream_resumes_on_another_replica(postgres: str, tmp_path: Any) -> None:
