@@ -258,6 +258,11 @@ class WebSearchSettings(_Strict):
     mcp_search_tool: str = "search"  # called with {"query": ...}
     mcp_open_tool: str | None = None  # called with {"url": ...}; unset: pages cannot be opened
     mcp_external: bool = True  # whether it searches the live web (external_web_access: false refuses)
+    # or a SearXNG instance's JSON API (app/tools/search_searxng.py), e.g. http://searxng:8080
+    searxng_url: str | None = None
+    searxng_categories: str | None = None  # e.g. "general,it"
+    searxng_language: str | None = None  # e.g. "en"
+    searxng_timeout: float = Field(default=10.0, gt=0)
 
 
 class CodeInterpreterSettings(_Strict):

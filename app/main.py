@@ -45,6 +45,7 @@ from app.metrics import Metrics
 from app.stores import open_stores, retain
 from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex, open_search
+from app.tools.search_searxng import SearxngSearch
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -118,6 +119,8 @@ def create_app(config: GatewayConfig | None = None,
                 await app.state.redis.aclose()
             if isinstance(search, OfflineIndex):
                 search.close()
+            elif isinstance(search, SearxngSearch):
+                await search.aclose()
             if sandbox is not None:
                 await sandbox.client.aclose()
             await client.aclose()

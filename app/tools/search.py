@@ -11,6 +11,9 @@ today; a live service behind the same two methods):
   A provider never fetches an address the operator did not allow: the offline index only
   returns what it was built from.
 * Both may block on I/O or CPU: implementations run that work off the event loop.
+* A provider that cannot answer (its service down, slow, or answering garbage) raises
+  :class:`SearchUnavailable` with a message for the model: the call's error, never the
+  response's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
+
+
+class SearchUnavailable(Exception):
+    """The provider could not answer; the message is what the model reads."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,9 +262,16 @@ class OfflineIndex:
 
 
 async def open_search(settings: ToolSettings) -> SearchProvider | None:
-    """The configured web search provider: the offline index of ``documents``, or an MCP server
-    (``mcp_server``); None when neither is set."""
+    """The configured web search provider: the offline index of ``documents``, an MCP server
+    (``mcp_server``) or a SearXNG instance (``searxng_url``); None when none is set."""
     web = settings.web_search
+    if sum(bool(x) for x in (web.documents, web.mcp_server, web.searxng_url)) > 1:
+        raise ValueError("[tools.web_search]: set one of documents, mcp_server and searxng_url")
+    if web.searxng_url:
+        from app.tools.search_searxng import SearxngSearch
+
+        return SearxngSearch(web.searxng_url, categories=web.searxng_categories,
+                             language=web.searxng_language, timeout=web.searxng_timeout)
     if web.documents:
         return await OfflineIndex.open(Path(web.documents), Path(web.index) if web.index else None)
     if web.mcp_server:

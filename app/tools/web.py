@@ -28,7 +28,7 @@ from typing import Any
 
 from app.core.conversation import FunctionTool
 from app.tools.base import ToolOutcome, clip
-from app.tools.search import Hit, Page, SearchProvider, in_domains
+from app.tools.search import Hit, Page, SearchProvider, SearchUnavailable, in_domains
 
 NAMESPACE = "browser"
 SEARCH, OPEN, FIND = (f"{NAMESPACE}__{n}" for n in ("search", "open", "find"))
@@ -91,6 +91,7 @@ class WebSearchToolbox:
     functions: tuple[FunctionTool, ...] = FUNCTIONS
     shown: dict[str, str] = field(default_factory=dict)  # URL → title, every source the model saw
     _last_hits: list[Hit] = field(default_factory=list)
+    _hits: dict[str, Hit] = field(default_factory=dict)  # URL → every hit this response's searches gave
     _last_page: Page | None = None
 
     def owns(self, name: str) -> bool:
@@ -117,10 +118,14 @@ class WebSearchToolbox:
         limit = self.results
         if isinstance(topn, int) and not isinstance(topn, bool) and topn > 0:
             limit = min(topn, 10)
-        hits = await self.provider.search(query, limit=limit, domains=self.domains)
+        try:
+            hits = await self.provider.search(query, limit=limit, domains=self.domains)
+        except SearchUnavailable as exc:
+            return ToolOutcome("", str(exc), {"action": {"type": "search", "query": query}})
         self._last_hits = hits
         for hit in hits:
             self.shown.setdefault(hit.url, hit.title)
+            self._hits.setdefault(hit.url, hit)
         action = {"type": "search", "query": query,
                   "sources": [{"type": "url", "url": hit.url} for hit in hits]}
         return ToolOutcome(clip(_results_text(query, hits), self.max_output_chars), None, {"action": action})
@@ -133,9 +138,19 @@ class WebSearchToolbox:
         return ref.strip()
 
     async def _page(self, url: str) -> Page | None:
+        """The page from the provider; where it has none (a live search service: the gateway
+        fetches no pages), a result of this response's searches as the search described it."""
         if not in_domains(url, self.domains):
             return None
-        return await self.provider.page(url)
+        try:
+            page = await self.provider.page(url)
+        except SearchUnavailable:
+            page = None
+        hit = self._hits.get(url)
+        if page is None and hit is not None:
+            page = Page(hit.url, hit.title, (hit.snippet or "(no summary)") + "\n\n(The search "
+                        "result's summary: this page's full text is not available.)")
+        return page
 
     async def _open(self, args: dict[str, Any]) -> ToolOutcome:
         url = self._target(str(args.get("id", args.get("url", ""))))
