@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.tools.mcp import McpServer, McpSession
-from app.tools.search import Hit, Page, in_domains
+from app.tools.mcp import McpServer, McpSession, ToolServerUnavailable
+from app.tools.search import Hit, Page, SearchUnavailable, in_domains
 
 _URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+")
 _DECOR = re.compile(r"^[\s\-*#>\d.)\]|:—–]+|[\s\-*#>|:(\[—–]+$")
@@ -53,6 +53,8 @@ class McpSearch:
         try:
             await session.open()
             outcome = await session.call(tool, arguments, self._call)
+        except ToolServerUnavailable as exc:  # the search's failure, not the response's
+            raise SearchUnavailable(str(exc)) from None
         finally:
             await session.aclose()
         return None if outcome.error else outcome.output

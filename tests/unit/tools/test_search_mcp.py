@@ -62,3 +62,21 @@ async def test_web_search_through_an_mcp_server(server: str) -> None:
     text = r.json()["output"][-1]["content"][0]
     assert text["annotations"][0]["url"] == SITE
     assert offline.status_code == 400  # this provider searches the live web
+
+
+async def test_a_search_server_that_is_gone_fails_the_call_not_the_response() -> None:
+    """The MCP search server is down when the model searches: the ``web_search_call`` fails, the
+    model reads why, and the response completes (before: the response failed with a 424)."""
+    c = config(context_window=16384)
+    tools = c.tools.model_validate({"mcp": {"servers": {"searcher": {"url": "http://127.0.0.1:9/mcp"}}},
+                                    "web_search": {"mcp_server": "searcher"}})
+    model = Switch(call("search", {"query": "agentic loop"}, ns="browser"),
+                   ("searcher", answer("Search is down.")))
+    async with gateway(model.transport(), c.model_copy(update={"tools": tools})) as client:
+        r = await client.post("/v1/responses", json={"model": MODEL, "input": "loop?",
+                                                      "tools": [{"type": "web_search"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "completed"
+    calls = [i for i in r.json()["output"] if i["type"] == "web_search_call"]
+    assert calls[0]["status"] == "failed"
+    assert r.json()["output"][-1]["content"][0]["text"] == "Search is down."
