@@ -114,11 +114,12 @@ async def test_rotation_keeps_the_tenant_and_stops_the_old_secret() -> None:
 
 async def test_expired_key_is_refused_with_its_own_message() -> None:
     async with gateway(Replay("03a_completion_tokenids_stream").transport(), admin_config()) as c:
+        expires = int(time.time()) + 2  # at least 1 s away (int() rounds down)
         made = (await c.post("/admin/keys", headers=ADMIN_H,
-                             json={"name": "k", "expires_at": int(time.time()) + 1})).json()
+                             json={"name": "k", "expires_at": expires})).json()
         r = await c.post("/v1/chat/completions", json=CHAT, headers=bearer(made["secret"]))
         assert r.status_code == 200
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(expires - time.time() + 0.1)
         r = await c.post("/v1/chat/completions", json=CHAT, headers=bearer(made["secret"]))
         assert r.status_code == 401 and "expired" in r.json()["error"]["message"]
         assert (await c.get(f"/admin/keys/{made['id']}", headers=ADMIN_H)).json()["status"] == "expired"
