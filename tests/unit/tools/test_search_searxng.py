@@ -4,9 +4,8 @@ they were recorded), alone and through the whole gateway."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,6 +14,7 @@ import pytest
 from app.tools.search import SearchUnavailable
 from app.tools.search_searxng import SearxngSearch
 from tests.support.gateway import MODEL, config, gateway
+from tests.support.http_thread import serving
 from tests.support.paths import ROOT
 from tests.support.switch_model import Switch, answer, call
 
@@ -57,14 +57,8 @@ class _Replay(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def searxng() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Replay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Replay) as url:
+        yield url
 
 
 async def test_results_become_hits(searxng: str) -> None:
