@@ -209,6 +209,15 @@ class CodeInterpreterOutput(_Wire):
     url: str | None = Field(default=None, max_length=1 << 20)
 
 
+class CodeInterpreterFile(_Wire):
+    """A file the code wrote (``ocm:files`` of a ``code_interpreter_call``, app/tools/code.py)."""
+
+    filename: str = Field(max_length=4096)
+    mime_type: str | None = Field(default=None, max_length=256)
+    bytes: int | None = None
+    url: str | None = Field(default=None, max_length=1 << 20)
+
+
 class CodeInterpreterCallItem(_Wire):
     type: Literal["code_interpreter_call"]
     id: str = Field(min_length=1, max_length=128)
@@ -216,6 +225,7 @@ class CodeInterpreterCallItem(_Wire):
     container_id: str | None = None
     outputs: list[CodeInterpreterOutput] | None = Field(default=None, max_length=256)
     status: str | None = None
+    files: list[CodeInterpreterFile] | None = Field(default=None, alias="ocm:files", max_length=256)
 
 
 class ItemReference(_Wire):

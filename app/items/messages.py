@@ -192,6 +192,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
                                                                       ensure_ascii=False)))
             asst.flush(out)
             logs = "".join(o.logs or "" for o in item.outputs or [] if o.type == "logs")
+            logs += code.files_note([f.model_dump() for f in item.files or []])
             out.append(Message("tool", (TextPart(logs),), tool_call_id=item.id, source=at))
         elif isinstance(item, wire.McpListToolsItem | wire.McpApprovalResponseItem):
             continue  # listings feed the tools, approvals the next run; neither is prompt text

@@ -10,13 +10,15 @@ A run sends the code and waits for the reply at most ``wall_seconds``.  Whatever
 inside (a timeout, the interpreter killed by a limit, a reply that is not a frame) kills the
 interpreter and its process tree, and the run's result says so: the next run starts a fresh
 interpreter in the same directory (files stay, variables are gone).  After every run the
-directory's size is checked against ``disk_mb``; over it, the directory is emptied.
+directory's size is checked against ``disk_mb``; over it, the directory is emptied.  The
+result names the files there and returns those the run wrote (:mod:`app.sandbox.files`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.sandbox import files
+from app.sandbox.files import Written
 from app.sandbox.isolate import WORKER, Limits, command
 
 log = logging.getLogger("ocm_sandbox")
@@ -44,10 +48,12 @@ class RunResult:
     truncated: int = 0  # characters of output not returned
     restarted: bool = False  # the interpreter was lost (its variables with it)
     files: tuple[str, ...] = ()  # the container's files after the run
+    written: tuple[Written, ...] = ()  # the files this run created or changed
 
     def as_json(self) -> dict[str, Any]:
         return {"output": self.output, "error": self.error, "truncated": self.truncated,
-                "restarted": self.restarted, "files": list(self.files)}
+                "restarted": self.restarted, "files": list(self.files),
+                "written": [w.as_json() for w in self.written]}
 
 
 @dataclass
@@ -79,6 +85,7 @@ class Container:
     worker: _Worker | None = None
     used: float = field(default_factory=time.monotonic)
     lost: bool = False  # its interpreter was killed outside a run's result (the caller left)
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # its files after the last run
 
 
 class Containers:
@@ -172,27 +179,20 @@ class Containers:
                 await worker.kill()
                 c.worker = None
                 restarted = True
-            files, over = await asyncio.to_thread(self._files, c.path)
-            if over:
+            after = await asyncio.to_thread(files.scan, c.path)
+            if after.total > self.limits.disk_mb * 1024 * 1024:
                 await self._wipe(c)
                 problem = (f"{problem or ''} The container used more than {self.limits.disk_mb} MB "
                            "of disk and was emptied")
-                restarted, files = True, []
+                restarted, after = True, files.Scan({}, 0)
+            new = await asyncio.to_thread(files.written, c.path, c.seen, after, self.limits.files_kb * 1024)
+            c.seen = after.stamps
+            result = RunResult(str(reply.get("output", "")), reply.get("error"),
+                               int(reply.get("truncated", 0)), restarted, tuple(after.names()), tuple(new))
             if problem is not None:
-                return RunResult(str(reply.get("output", "")), problem.strip() + "; its variables are gone.",
-                                 0, restarted, tuple(files))
-            return RunResult(str(reply.get("output", "")), reply.get("error"), int(reply.get("truncated", 0)),
-                             restarted, tuple(files))
-
-    def _files(self, path: Path) -> tuple[list[str], bool]:
-        total, names = 0, list[str]()
-        for p in sorted(path.rglob("*")):
-            with contextlib.suppress(OSError):
-                if p.is_file() and not p.is_symlink():
-                    total += p.stat().st_size
-                    if len(names) < 100:
-                        names.append(p.relative_to(path).as_posix())
-        return names, total > self.limits.disk_mb * 1024 * 1024
+                return dataclasses.replace(result, error=problem.strip() + "; its variables are gone.",
+                                           truncated=0)
+            return result
 
     async def _wipe(self, c: Container) -> None:
         if c.worker is not None:

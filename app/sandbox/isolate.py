@@ -40,6 +40,7 @@ class Limits:
     disk_mb: int = 100  # the container's directory, checked after every run
     wall_seconds: float = 30.0  # one run
     output_chars: int = 20_000  # one run's output as returned
+    files_kb: int = 2048  # contents of the files one run wrote, as returned (the rest: names, sizes)
 
 
 def find_bwrap() -> str | None:

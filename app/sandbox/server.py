@@ -3,7 +3,10 @@
 The gateway (``[tools.code_interpreter] url``) calls it; nothing else should.  Endpoints:
 
 * ``POST /v1/containers/{id}/run`` ``{"code": str, "timeout": float?}`` → ``{"output",
-  "error", "truncated", "restarted", "files"}`` (:class:`~app.sandbox.containers.RunResult`);
+  "error", "truncated", "restarted", "files", "written"}``
+  (:class:`~app.sandbox.containers.RunResult`; ``written``: the files the run created or
+  changed, ``{"path", "bytes", "data"?}`` with base64 contents within ``--files-kb``, see
+  :mod:`app.sandbox.files`);
   the container is created by its first run; 503 when ``max_containers`` exist.
 * ``DELETE /v1/containers/{id}`` → 204 (404 when there is none); a run in flight is stopped.
 * ``GET /health``.
@@ -136,12 +139,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wall-seconds", type=float, default=Limits.wall_seconds)
     parser.add_argument("--output-chars", type=int, default=Limits.output_chars)
     parser.add_argument("--disk-mb", type=int, default=Limits.disk_mb)
+    parser.add_argument("--files-kb", type=int, default=Limits.files_kb,
+                        help="contents of the files one run wrote that come back with its result")
     args = parser.parse_args(argv)
     bwrap = find_bwrap()
     if bwrap is None:
         parser.error("bubblewrap (bwrap) is not installed: apt install bubblewrap")
     limits = Limits(cpu_seconds=args.cpu_seconds, memory_mb=args.memory_mb, processes=args.processes,
-                    wall_seconds=args.wall_seconds, output_chars=args.output_chars, disk_mb=args.disk_mb)
+                    wall_seconds=args.wall_seconds, output_chars=args.output_chars, disk_mb=args.disk_mb,
+                    files_kb=args.files_kb)
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="ocm-sandbox-"))
     containers = Containers(root, bwrap, args.python or find_python(), limits,
                             max_containers=args.max_containers, idle_seconds=args.idle_seconds)

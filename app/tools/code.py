@@ -9,6 +9,10 @@ response ends, whatever ends it.  A call's outcome is what the code printed (cut
 sandbox), and its error when it raised, timed out or hit a limit; a sandbox that cannot be
 reached is an error outcome too, never a failure of the response.  Cancelling the call
 closes its HTTP request, which stops the run inside the sandbox.
+
+The files a run writes come back with its result (within the sandbox's budget): pictures become
+``image`` outputs of the item, and every file is listed in the item's ``ocm:files``
+(:func:`written_files`); the model reads their names and sizes after the printed output.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import mimetypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +30,7 @@ from app.core.conversation import FunctionTool
 from app.tools.base import ToolOutcome, clip
 
 NAME = "python"
+IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 FUNCTIONS = (FunctionTool(
     NAME, "Run Python code in a stateful sandbox (variables and files persist between calls; no "
           "network access). Returns what the code prints and the value of a final expression.",
@@ -42,6 +48,36 @@ class Sandbox:
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
+
+def written_files(written: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The sandbox's ``written`` (:mod:`app.sandbox.files`) as a ``code_interpreter_call``'s
+    ``outputs`` (an ``image``, OpenAI's type, for each picture whose contents came back, as a
+    data URL) and its ``ocm:files`` (every file: name, media type, size, and for the others
+    their contents as a data URL when they came back)."""
+    images: list[dict[str, Any]] = []
+    files: list[dict[str, Any]] = []
+    for entry in written if isinstance(written, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            continue
+        size, data = entry.get("bytes"), entry.get("data")
+        media = mimetypes.guess_type(entry["path"], strict=False)[0] or "application/octet-stream"
+        file: dict[str, Any] = {"filename": entry["path"], "mime_type": media,
+                                "bytes": size if isinstance(size, int) else 0}
+        if isinstance(data, str):
+            url = f"data:{media};base64,{data}"
+            if media in IMAGES:
+                images.append({"type": "image", "url": url})
+            else:
+                file["url"] = url
+        files.append(file)
+    return images, files
+
+
+def files_note(files: Any) -> str:
+    """What the model reads of the files a run wrote: their names and sizes, not contents."""
+    names = [f"{f.get('filename')} ({f.get('bytes')} bytes)" for f in files or ()]
+    return f"\n[files written: {', '.join(names)}]" if names else ""
 
 
 def code_of(arguments: str) -> str:
@@ -89,9 +125,12 @@ class CodeToolbox:
         if result.get("truncated"):
             output += f"\n[output truncated: {result['truncated']} more characters]"
         output = clip(output, self._max)
-        detail["outputs"] = [{"type": "logs", "logs": output}] if output else []
+        images, files = written_files(result.get("written"))
+        detail["outputs"] = ([{"type": "logs", "logs": output}] if output else []) + images
+        if files:
+            detail["files"] = files
         error = result.get("error")
-        return ToolOutcome(output, str(error) if error else None, detail)
+        return ToolOutcome(output + files_note(files), str(error) if error else None, detail)
 
     async def aclose(self) -> None:
         if not self._used:

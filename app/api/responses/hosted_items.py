@@ -8,7 +8,8 @@ tools the gateway runs, which stay open while the tool runs.
   ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
   ``.completed`` with the action the tool reports (its sources only with ``include``);
 * a ``code_interpreter_call`` likewise: its whole code (``..._code.delta`` / ``.done``), then
-  ``.interpreting`` while it runs, ``.completed`` with its ``logs``;
+  ``.interpreting`` while it runs, ``.completed`` with its ``logs``, the pictures the code
+  wrote as ``image`` outputs and every file it wrote in ``ocm:files`` (:mod:`app.tools.code`);
 * whatever is still waiting when the response ends is closed ``incomplete``.
 """
 
@@ -93,6 +94,8 @@ class HostedItems:
             detail = event.detail or {}
             item["container_id"] = detail.get("container_id", item["container_id"])
             item["outputs"] = list(detail.get("outputs") or [])
+            if detail.get("files"):
+                item["ocm:files"] = list(detail["files"])
             item["status"] = "failed" if failed else "completed"
             events = [self._emit("response.code_interpreter_call.completed", item_id=item["id"],
                                  output_index=index)]

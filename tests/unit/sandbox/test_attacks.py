@@ -6,6 +6,7 @@ are quick; the defaults are larger (``app/sandbox/isolate.py``)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import time
@@ -129,6 +130,22 @@ def test_disk_bomb(sandbox: tuple[Running, Path]) -> None:
     assert "more than 20 MB" in out["error"] and out["files"] == []
     tmpfs = "for i in range(3):\n    open(f'/tmp/f{i}', 'wb').write(b'0' * (15 * 1024 * 1024))"
     assert "No space left" in run(sandbox, tmpfs, cid="disk")["error"]  # /tmp is a 20 MB tmpfs
+
+
+def test_written_files_come_back_but_never_through_a_link(sandbox: tuple[Running, Path]) -> None:
+    _, tmp = sandbox
+    code = ("open('plot.png', 'wb').write(b'\\x89PNG-bytes')\n"
+            "import os; os.makedirs('d', exist_ok=True); open('d/a.csv', 'w').write('a,b')")
+    out = run(sandbox, code, cid="w")
+    got = {w["path"]: (w["bytes"], base64.b64decode(w["data"])) for w in out["written"]}
+    assert got == {"plot.png": (10, b"\x89PNG-bytes"), "d/a.csv": (3, b"a,b")}
+    assert run(sandbox, "x = 1", cid="w")["written"] == []  # unchanged files are not sent again
+    # links made inside point at paths the supervisor would resolve outside: never followed
+    link = (f"import os\nos.symlink({str(tmp / 'gateway.toml')!r}, 'config.png')\n"
+            "os.symlink('/etc', 'etc')\nos.mkfifo('pipe')")
+    out = run(sandbox, link, cid="w")
+    assert out["error"] is None and out["written"] == []
+    assert SECRET not in str(out) and "config.png" not in out["files"]
 
 
 def test_bad_requests(sandbox: tuple[Running, Path]) -> None:

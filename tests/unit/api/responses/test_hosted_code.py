@@ -6,6 +6,7 @@ and the Open Responses validators."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +89,36 @@ async def test_state_across_calls_and_streamed_events(sandbox: Running) -> None:
                  "response.code_interpreter_call_code.done", "response.code_interpreter_call.interpreting",
                  "response.code_interpreter_call.completed"):
         assert types.count(name) == 2, name
+
+
+async def test_files_the_code_writes_are_outputs_and_the_model_reads_their_names(sandbox: Running) -> None:
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAW9JTNQ"
+                           "AAAABJRU5ErkJggg==")  # a 1x1 PNG
+    code = (f"open('plot.png', 'wb').write({png!r})\nopen('data.csv', 'w').write('a,b\\n1,2\\n')\n"
+            "print('saved')")
+    model = Switch(python(code), ("[files written:", answer("Saved plot.png and data.csv.")))
+    async with gateway(model.transport(), cfg(sandbox)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "plot", "tools": TOOLS,
+                                                 "store": True})
+        assert r.status_code == 200, r.text
+        validate_response(r.json())
+        call = Response.model_validate(r.json()).output[0]
+        assert call.type == "code_interpreter_call" and call.outputs is not None
+        assert [o.type for o in call.outputs] == ["logs", "image"]
+        image = call.outputs[1]
+        assert image.type == "image"
+        assert image.url == "data:image/png;base64," + base64.b64encode(png).decode()
+        assert r.json()["output"][0]["ocm:files"] == [
+            {"filename": "data.csv", "mime_type": "text/csv", "bytes": 8,
+             "url": "data:text/csv;base64," + base64.b64encode(b"a,b\n1,2\n").decode()},
+            {"filename": "plot.png", "mime_type": "image/png", "bytes": len(png)}]  # contents: the image
+        note = f"saved\n\n[files written: data.csv (8 bytes), plot.png ({len(png)} bytes)]"
+        assert note in model.prompts[1] and "base64" not in model.prompts[1]
+        # a later turn re-renders the call with the same note, not the contents
+        again = await c.post("/v1/responses", json={"model": MODEL, "input": "again", "tools": TOOLS,
+                                                     "previous_response_id": r.json()["id"]})
+    assert again.status_code == 200, again.text
+    assert note in model.prompts[2] and "base64" not in model.prompts[2]
 
 
 async def test_a_hostile_cell_is_a_failed_call_the_model_reads(sandbox: Running) -> None:
