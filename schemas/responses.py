@@ -201,6 +201,8 @@ class WebSearchCallItem(_Wire):
     id: str = Field(min_length=1, max_length=128)
     action: WebSearchAction | None = None
     status: str | None = None
+    output: str | None = Field(default=None, alias="ocm:output", max_length=1 << 20)  # what the model read
+    error: str | None = Field(default=None, alias="ocm:error", max_length=65536)
 
 
 class CodeInterpreterOutput(_Wire):

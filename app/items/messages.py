@@ -100,21 +100,29 @@ def _parts(content: list[Any], where: str) -> tuple[ContentPart, ...]:
     return tuple(parts)
 
 
-def _web_call(action: wire.WebSearchAction | None) -> tuple[str, str, str]:
-    """A ``web_search_call`` as the browser call it was (:mod:`app.tools.web`) and a result
-    the model can read: the item keeps the sources, not the text the model saw then."""
+def _web_call(item: wire.WebSearchCallItem) -> tuple[str, str, str]:
+    """A ``web_search_call`` as the browser call it was (:mod:`app.tools.web`) and what the
+    model read then (the item's ``ocm:output`` or ``ocm:error``; an item without them, from
+    another server or an older store, keeps only its sources)."""
+    action = item.action
     if action is None or action.type == "search":
         query = (action.query or " ".join(action.queries or [])) if action else ""
         urls = [s.url for s in (action.sources or [])] if action else []
         result = ("Searched earlier; the results are not kept" +
                   (": sources " + ", ".join(urls) if urls else "") + ".")
-        return web.SEARCH, json.dumps({"query": query}, ensure_ascii=False), result
-    if action.type == "open_page":
-        return (web.OPEN, json.dumps({"id": action.url or ""}, ensure_ascii=False),
-                "Opened earlier; the page's text is not kept.")
-    found = {"pattern": action.pattern or "", "url": action.url or ""}
-    return (web.FIND, json.dumps(found, ensure_ascii=False),
-            "Searched the page earlier; the lines found are not kept.")
+        name, arguments = web.SEARCH, json.dumps({"query": query}, ensure_ascii=False)
+    elif action.type == "open_page":
+        name, arguments = web.OPEN, json.dumps({"id": action.url or ""}, ensure_ascii=False)
+        result = "Opened earlier; the page's text is not kept."
+    else:
+        found = {"pattern": action.pattern or "", "url": action.url or ""}
+        name, arguments = web.FIND, json.dumps(found, ensure_ascii=False)
+        result = "Searched the page earlier; the lines found are not kept."
+    if item.output is not None:
+        result = item.output
+    elif item.error is not None:
+        result = f"Error: {item.error}"
+    return name, arguments, result
 
 
 def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
@@ -183,7 +191,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
         elif isinstance(item, wire.WebSearchCallItem):
             # a search run in an earlier response: the call, and what is left of its result
-            name, arguments, result = _web_call(item.action)
+            name, arguments, result = _web_call(item)
             asst.calls.append(ToolCall(item.id, name, arguments))
             asst.flush(out)
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))

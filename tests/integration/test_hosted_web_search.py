@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 MODEL = "gpt-oss-search"
 SITE = "https://www.openresponses.org/"
-ANSWER = f"Details: {SITE}"
+ANSWER = f"An open specification 【0†L1】. Details: {SITE}"  # gpt-oss's citation, then a URL
 SCRIPT = ('<|channel|>commentary to=browser.search <|constrain|>json'
           '<|message|>{"query":"OpenResponses agentic loop axolotl"}<|call|>'
           f"<|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>")
@@ -69,7 +69,9 @@ def test_search_and_a_cited_answer(gateway: Running) -> None:
     assert call.action.sources and call.action.sources[0].url == SITE
     text = r.output[1].content[0]  # type: ignore[union-attr]
     assert text.type == "output_text" and text.text == ANSWER
-    assert [(a.type, a.url) for a in text.annotations] == [("url_citation", SITE)]  # type: ignore[union-attr]
+    notes = text.annotations  # type: ignore[union-attr]
+    assert [(a.type, a.url, text.text[a.start_index:a.end_index]) for a in notes] == [  # type: ignore[union-attr]
+        ("url_citation", SITE, "【0†L1】"), ("url_citation", SITE, SITE)]
 
 
 def test_streamed(gateway: Running) -> None:

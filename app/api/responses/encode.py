@@ -54,7 +54,6 @@ from app.core.errors import error_fields
 from app.core.ids import random_id
 from app.core.output import Usage
 from app.items.names import custom_input
-from app.tools import web
 
 Json = dict[str, Any]
 
@@ -95,7 +94,7 @@ class ResponsesEncoder:
     def __init__(self, resource: Json, dialect: EventDialect = OPEN_RESPONSES,
                  seal: Callable[[str], str] | None = None,
                  tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
-                 list_items: Sequence[Json] = (), shown: Mapping[str, str] | None = None,
+                 list_items: Sequence[Json] = (), cite: Callable[[str], list[Json]] | None = None,
                  sources: bool = False, container_id: str = "") -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
@@ -103,8 +102,9 @@ class ResponsesEncoder:
         reasoning item's ``encrypted_content`` from its text; ``tools``: model-facing tool
         names → the wire shape of their calls (a name not in it is a plain function);
         ``summary``: the request's ``reasoning.summary``; ``list_items``: ``mcp_list_tools``
-        items to emit first; ``shown``: the URLs web search showed the model (an answer that
-        names one gets a ``url_citation``); ``sources``: ``web_search_call`` actions keep
+        items to emit first; ``cite``: web search's citations of an answer's text
+        (:meth:`~app.tools.web.WebSearchToolbox.citations`: ``url_citation`` annotations);
+        ``sources``: ``web_search_call`` actions keep
         their sources (``include: ["web_search_call.action.sources"]``); ``container_id``: the
         code interpreter's container of this response."""
         self._resource = resource
@@ -115,7 +115,7 @@ class ResponsesEncoder:
         self._seq = 0
         self._open: _Open | None = None
         self._hosted = HostedItems(self._event, resource["output"], list_items, sources, container_id)
-        self._shown = shown
+        self._cite = cite
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -237,8 +237,8 @@ class ResponsesEncoder:
         else:
             logprobs = cur.logprobs if cur.kind == "text" else None
             part = self._part(cur.kind, text, logprobs)
-            if part is not None and cur.kind == "text" and self._shown:
-                part["annotations"] = notes = web.citations(text, self._shown)
+            if part is not None and cur.kind == "text" and self._cite is not None:
+                part["annotations"] = notes = self._cite(text)
                 events += [self._event("response.output_text.annotation.added", item_id=item["id"],
                                        output_index=idx, content_index=0, annotation_index=n, annotation=a)
                            for n, a in enumerate(notes)]

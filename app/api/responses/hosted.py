@@ -33,6 +33,7 @@ from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.tools import egress, web
 from app.tools.base import Toolbox, Toolboxes
+from app.tools.browser import Browser, earlier_cursors
 from app.tools.code import CodeToolbox, Sandbox
 from app.tools.mcp import ListedTool, McpServer, McpSession, McpToolbox, model_name
 from app.tools.search import SearchProvider
@@ -66,7 +67,8 @@ class Hosted:
         return tuple(n for n, t in self.wire.items() if t.kind == wanted)
 
 
-def _web(param: Json, search: SearchProvider, settings: ToolSettings) -> WebSearchToolbox:
+def _web(param: Json, search: SearchProvider, settings: ToolSettings,
+         context: Sequence[Json]) -> WebSearchToolbox:
     filters = param.get("filters")
     domains = filters.get("allowed_domains") if isinstance(filters, dict) else None
     if domains is not None and (not isinstance(domains, list) or not all(isinstance(d, str) for d in domains)
@@ -80,7 +82,8 @@ def _web(param: Json, search: SearchProvider, settings: ToolSettings) -> WebSear
     if param.get("external_web_access") is False and search.external:
         raise InvalidRequest("external_web_access is false, and this gateway's search provider is the "
                              "live web.", param="tools.external_web_access")
-    return WebSearchToolbox(search, web.RESULTS[size], tuple(domains or ()), settings.max_output_chars)
+    return WebSearchToolbox(search, web.RESULTS[size], tuple(domains or ()), settings.max_output_chars,
+                            Browser(earlier_cursors(context)))  # cursors go on after the earlier ones
 
 
 def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServer:
@@ -146,13 +149,14 @@ def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolC
 
 
 def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider | None,
-           sandbox: Sandbox | None) -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
+           sandbox: Sandbox | None, context: Sequence[Json],
+           ) -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
     """The hosted tools that need no connection: web search and the code interpreter (and a
     :class:`Hosted` holding what the encoder needs of them)."""
     boxes: list[Toolbox] = []
     seen = Hosted(Toolboxes([]))
     wires: dict[str, WireTool] = {}
-    searching = _web(tools.web_search, search, settings) if tools.web_search and search else None
+    searching = _web(tools.web_search, search, settings, context) if tools.web_search and search else None
     if searching is not None:
         seen.browser = searching
         boxes.append(searching)
@@ -174,7 +178,7 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
                       ) -> Hosted | None:
     """The request's hosted tools: MCP servers connected and listed, web search, the code
     interpreter; None when it has none."""
-    boxes, wires, seen = _local(tools, settings, search, sandbox)
+    boxes, wires, seen = _local(tools, settings, search, sandbox, context)
     if not tools.mcp:
         if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
             raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "

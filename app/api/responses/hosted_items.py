@@ -6,7 +6,8 @@ tools the gateway runs, which stay open while the tool runs.
   result: ``response.mcp_call.completed`` or ``.failed`` with ``output`` / ``error``;
 * a ``web_search_call`` is added only once the model's arguments are complete (its
   ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
-  ``.completed`` with the action the tool reports (its sources only with ``include``);
+  ``.completed`` with the action the tool reports (its sources only with ``include``) and
+  the text the model read (``ocm:output``; a failed call's ``ocm:error``);
 * a ``code_interpreter_call`` likewise: its whole code (``..._code.delta`` / ``.done``), then
   ``.interpreting`` while it runs, ``.completed`` with its ``logs``, the pictures the code
   wrote as ``image`` outputs and every file it wrote in ``ocm:files`` (:mod:`app.tools.code`);
@@ -105,6 +106,10 @@ class HostedItems:
                 action.pop("sources", None)
             item["action"] = action
             item["status"] = "failed" if failed else "completed"
+            if failed:  # what the model read, so that a later turn re-renders it as it was
+                item["ocm:error"] = event.error
+            else:
+                item["ocm:output"] = event.output
             events = [] if failed else [
                 self._emit("response.web_search_call.completed", item_id=item["id"], output_index=index)]
         else:

@@ -278,7 +278,7 @@ class ResponsesService:
             summary = body.reasoning.summary if body.reasoning else None
             return ResponsesEncoder(resource, dialect, seal, wire_tools, summary,
                                     hosted.list_items if hosted is not None else (),
-                                    browser.shown if browser is not None else None, sources,
+                                    browser.citations if browser is not None else None, sources,
                                     hosted.container_id if hosted is not None else "")
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"

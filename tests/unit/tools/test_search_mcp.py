@@ -45,7 +45,7 @@ def cfg(server: str) -> Any:
 async def test_web_search_through_an_mcp_server(server: str) -> None:
     model = Switch(call("search", {"query": "agentic loop"}, ns="browser"),
                    ("The page", answer(f"See {SITE}.")),
-                   ("Search results for", call("open", {"id": "1"}, ns="browser")))
+                   ("Search results for", call("open", {"id": 0}, ns="browser")))
     async with gateway(model.transport(), cfg(server)) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "loop?",
                                                  "tools": [{"type": "web_search"}],
@@ -57,8 +57,8 @@ async def test_web_search_through_an_mcp_server(server: str) -> None:
     assert calls[0]["action"]["sources"] == [{"type": "url", "url": SITE},
                                              {"type": "url", "url": "https://docs.vllm.ai/en/latest/"}]
     assert calls[1]["action"] == {"type": "open_page", "url": SITE} and calls[1]["status"] == "completed"
-    assert "[1] Open Responses" in model.prompts[1]
-    assert "the agentic loop samples, runs tools" in model.prompts[2]
+    assert "【0†Open Responses†www.openresponses.org】" in model.prompts[1]
+    assert "the agentic loop samples, runs\nL1: tools and samples again" in model.prompts[2]
     text = r.json()["output"][-1]["content"][0]
     assert text["annotations"][0]["url"] == SITE
     assert offline.status_code == 400  # this provider searches the live web

@@ -111,7 +111,7 @@ async def test_web_search_through_searxng(searxng: str) -> None:
     model = Switch(call("search", {"query": "llama.cpp slots"}, ns="browser"),
                    ("full text is not available", answer(f"Slots decode in parallel: {SLOTS}")),
                    ("engines did not answer", answer("The search is down.")),
-                   ("Search results for", call("open", {"id": "1"}, ns="browser")),
+                   ("Search results for", call("open", {"id": 0}, ns="browser")),
                    ("why is it down", call("search", {"query": "engines down"}, ns="browser")))
     async with gateway(model.transport(), cfg(searxng)) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "slots?",
@@ -125,8 +125,8 @@ async def test_web_search_through_searxng(searxng: str) -> None:
     calls = [i for i in r.json()["output"] if i["type"] == "web_search_call"]
     assert [s["url"] for s in calls[0]["action"]["sources"]][:2] == [SLOTS, SLOTS + "-endpoint"]
     assert calls[1]["action"] == {"type": "open_page", "url": SLOTS} and calls[1]["status"] == "completed"
-    assert "[1] llama.cpp server: parallel decoding with slots" in model.prompts[1]
-    assert "each slot holds one sequence and its KV cache" in model.prompts[2]
+    assert "【0†llama.cpp server: parallel decoding with slots†docs.example.org】" in model.prompts[1]
+    assert "L1: holds one sequence and its KV cache" in model.prompts[2]
     text = r.json()["output"][-1]["content"][0]
     assert text["annotations"][0]["url"] == SLOTS
     assert down.status_code == 200, down.text

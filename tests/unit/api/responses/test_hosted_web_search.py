@@ -62,7 +62,8 @@ async def test_search_then_answer_with_sources_and_a_citation(tmp_path: Path) ->
     system = model.prompts[0].split("<|end|>", 1)[0]
     assert "## browser" in system and "namespace browser {" in system and "type search" in system
     assert "<|start|>developer" not in model.prompts[0]
-    assert "Search results for" in model.prompts[1] and f"URL: {SITE}" in model.prompts[1]
+    assert "Search results for" in model.prompts[1]
+    assert "L0: 【0†Open Responses†www.openresponses.org】" in model.prompts[1]  # a link to open(0)
     assert "ocm:tools_not_run" not in r.json()
 
 
@@ -82,10 +83,12 @@ async def test_sources_only_with_include_and_streamed_events(tmp_path: Path) -> 
     assert ws["action"] == {"type": "search", "query": "open responses agentic loop"}  # no sources
 
 
-async def test_open_and_find(tmp_path: Path) -> None:
+async def test_open_and_find_and_a_cursor_citation(tmp_path: Path) -> None:
+    """gpt-oss's browser: each display gets a cursor, lines are numbered, and the answer's
+    ``【cursor†L…】`` citation becomes a ``url_citation`` over its own characters."""
     model = Switch(call("open", {"id": SITE}, ns="browser"),
-                   ("contain 'agentic'", answer("Found it.")),
-                   ("Title: Open Responses", call("find", {"pattern": "agentic"}, ns="browser")))
+                   ("Find results for text", answer("It is the core 【1†L3】.")),
+                   ("[0] Open Responses (", call("find", {"pattern": "agentic"}, ns="browser")))
     async with gateway(model.transport(), cfg(tmp_path)) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "Open it.",
                                                  "tools": [{"type": "web_search"}]})
@@ -93,8 +96,16 @@ async def test_open_and_find(tmp_path: Path) -> None:
     calls = [i for i in r.json()["output"] if i["type"] == "web_search_call"]
     assert [c["action"] for c in calls] == [{"type": "open_page", "url": SITE},
                                             {"type": "find_in_page", "url": SITE, "pattern": "agentic"}]
-    assert "L0: Open Responses is an open-source" not in model.prompts[2]  # the title line is L0
-    assert "contain 'agentic'" in model.prompts[2] and "agentic loop is its core" in model.prompts[2]
+    assert f"[0] Open Responses ({SITE})\n**viewing lines [0 - 12] of 12**\n\nL0: # Open Responses" in (
+        model.prompts[1])
+    assert "L10: The agentic loop is its core principle" in model.prompts[1]
+    assert "[1] Find results for text: `agentic`" in model.prompts[2]
+    assert "L0: # 【0†match at L8】" in model.prompts[2]
+    text = r.json()["output"][-1]["content"][0]
+    assert text["annotations"] == [{"type": "url_citation", "url": SITE, "title": "Open Responses",
+                                    "start_index": 15, "end_index": 21}]
+    assert text["text"][15:21] == "【1†L3】"
+    assert calls[1]["ocm:output"].startswith("[1] Find results")  # kept: a later turn reads it again
 
 
 async def test_allowed_domains_and_a_page_not_in_the_index(tmp_path: Path) -> None:
@@ -149,6 +160,31 @@ async def test_an_earlier_search_is_re_rendered(tmp_path: Path) -> None:
     assert r.status_code == 200, r.text
     assert "to=browser.search" in model.prompts[0] and '"agentic loop"' in model.prompts[0]
     assert f"sources {SITE}" in model.prompts[0]
+
+
+async def test_a_later_turn_reads_the_results_again_and_numbers_after_them(tmp_path: Path) -> None:
+    """The item keeps what the model read (``ocm:output``): the next turn re-renders it as it
+    was, its cursors go on from there, and an answer may cite the earlier display."""
+    model = Switch(call("search", {"query": "open responses agentic loop"}, ns="browser"),
+                   ("[1] Open Responses (", answer("Found.")),
+                   ("[0] Search results", call("open", {"id": 0}, ns="browser")))
+    async with gateway(model.transport(), cfg(tmp_path)) as c:
+        first = await c.post("/v1/responses", json={"model": MODEL, "input": "loop?", "store": True,
+                                                     "tools": [{"type": "web_search"}]})
+        assert first.status_code == 200, first.text
+        kept = [i["ocm:output"] for i in first.json()["output"] if i["type"] == "web_search_call"]
+        assert kept[0].startswith("[0] Search results for `open responses agentic loop`")
+        assert kept[1].startswith(f"[1] Open Responses ({SITE})")
+        model.rules = (("[2] Search results", answer("As before 【1†L2】, not 【0†L0】.")),)
+        again = await c.post("/v1/responses", json={"model": MODEL, "input": "again?",
+                                                     "previous_response_id": first.json()["id"],
+                                                     "tools": [{"type": "web_search"}]})
+    assert again.status_code == 200, again.text
+    assert kept[0] in model.prompts[3] and kept[1] in model.prompts[3]  # the earlier displays, verbatim
+    assert "[2] Search results for `open responses agentic loop`" in model.prompts[4]
+    text = again.json()["output"][-1]["content"][0]  # an earlier page is citable, its results page not
+    assert [(a["url"], text["text"][a["start_index"]:a["end_index"]]) for a in text["annotations"]] == [
+        (SITE, "【1†L2】")]
 
 
 @pytest.mark.parametrize("tool", [{"type": "web_search", "search_context_size": "huge"},
