@@ -6,10 +6,12 @@ started on one resumes on the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -43,6 +45,30 @@ def on(url: str, tmp: Any, redis: str | None = None) -> Any:
     c = config(store_path=str(tmp))
     return c.model_copy(update={"store": c.store.model_copy(update={"url": url}),
                                 "redis": c.redis.model_validate({"url": redis})})
+
+
+@dataclass
+class Pair:
+    a: Any  # the replica that runs the response
+    b: Any
+    upstream: EndlessUpstream
+    rid: str  # a background response A runs on an upstream that never ends
+    redis: str
+
+
+@contextlib.asynccontextmanager
+async def background_on_a(postgres: str, tmp_path: Any) -> AsyncIterator[Pair]:
+    """Two replicas on one database and one Redis; A runs a background response whose
+    upstream has sent five chunks and never ends."""
+    url = await database(postgres)
+    upstream = EndlessUpstream()
+    with redis_server() as redis:
+        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
+            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                        "background": True})).json()["id"]
+            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+            yield Pair(a, b, upstream, rid, redis.url)
 
 
 async def test_one_service_whichever_replica(postgres: str, tmp_path: Any) -> None:
@@ -97,21 +123,14 @@ async def test_the_database_going_away_is_a_503_and_coming_back_is_recovery(tmp_
 async def test_a_cancel_on_one_replica_stops_the_run_on_another(postgres: str, tmp_path: Any) -> None:
     """A background response runs on A (an upstream that never ends); ``POST .../cancel`` lands
     on B: published on Redis, A cancels its run and stores the end, B answers with it."""
-    url = await database(postgres)
-    upstream = EndlessUpstream()
-    with redis_server() as redis:
-        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
-                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
-            r = await a.post("/v1/responses", json={"model": MODEL, "input": "go", "background": True})
-            rid = r.json()["id"]
-            await asyncio.wait_for(upstream.five_sent.wait(), 5)
-            await asyncio.sleep(0.2)  # A's listener is subscribed by now
-            t0 = time.monotonic()
-            cancelled = await b.post(f"/v1/responses/{rid}/cancel")
-            assert cancelled.status_code == 200, cancelled.text
-            assert cancelled.json()["status"] == "cancelled" and time.monotonic() - t0 < 1.0
-            assert upstream.closed_at is not None  # A closed its upstream request
-            assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+    async with background_on_a(postgres, tmp_path) as p:
+        await asyncio.sleep(0.2)  # A's listener is subscribed by now
+        t0 = time.monotonic()
+        cancelled = await p.b.post(f"/v1/responses/{p.rid}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "cancelled" and time.monotonic() - t0 < 1.0
+        assert p.upstream.closed_at is not None  # A closed its upstream request
+        assert (await p.a.get(f"/v1/responses/{p.rid}")).json()["status"] == "cancelled"
 
 
 async def test_a_cancel_reaches_a_replica_that_missed_the_first_signal(postgres: str, tmp_path: Any) -> None:
@@ -122,60 +141,41 @@ async def test_a_cancel_reaches_a_replica_that_missed_the_first_signal(postgres:
 
     from app.engine.signals import CHANNEL
 
-    url = await database(postgres)
-    upstream = EndlessUpstream()
-    with redis_server() as redis:
-        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
-                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
-            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
-                                                        "background": True})).json()["id"]
-            await asyncio.wait_for(upstream.five_sent.wait(), 5)
-            await asyncio.sleep(0.2)
-            admin = aioredis.from_url(redis.url)
-            try:
-                assert await admin.client_kill_filter(_type="pubsub") >= 1
-                assert await admin.pubsub_numsub(CHANNEL) == [(CHANNEL.encode(), 0)]  # nobody listens now
-            finally:
-                await admin.aclose()
-            cancelled = await b.post(f"/v1/responses/{rid}/cancel")
-            assert cancelled.status_code == 200, cancelled.text
-            assert cancelled.json()["status"] == "cancelled"
-            assert upstream.closed_at is not None
+    async with background_on_a(postgres, tmp_path) as p:
+        await asyncio.sleep(0.2)
+        admin = aioredis.from_url(p.redis)
+        try:
+            assert await admin.client_kill_filter(_type="pubsub") >= 1
+            assert await admin.pubsub_numsub(CHANNEL) == [(CHANNEL.encode(), 0)]  # nobody listens now
+        finally:
+            await admin.aclose()
+        cancelled = await p.b.post(f"/v1/responses/{p.rid}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "cancelled"
+        assert p.upstream.closed_at is not None
 
 
 async def test_a_stream_resumes_on_another_replica(postgres: str, tmp_path: Any) -> None:
     """``GET /v1/responses/{id}?stream=true&starting_after=N`` on B follows the background run
     A owns, live, from its Redis copy: no gap, no duplicate, one terminal event; the same
     events A stores at the end."""
-    url = await database(postgres)
-    upstream = EndlessUpstream()
-    with redis_server() as redis:
-        async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
-                gateway(Switch(answer("x")).transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
-            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
-                                                        "background": True})).json()["id"]
-            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+    async with background_on_a(postgres, tmp_path) as p:
+        async def events_of(replica: Any) -> list[Any]:
+            async with replica.stream("GET", f"/v1/responses/{p.rid}",
+                                      params={"stream": "true", "starting_after": "2"}) as r:
+                assert r.status_code == 200
+                return [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
+                        if line.startswith("data: ") and line != "data: [DONE]"]
 
-            async def follow() -> list[Any]:
-                async with b.stream("GET", f"/v1/responses/{rid}", params={"stream": "true",
-                                                                            "starting_after": "2"}) as r:
-                    assert r.status_code == 200
-                    return [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
-                            if line.startswith("data: ") and line != "data: [DONE]"]
-
-            reader = asyncio.ensure_future(follow())
-            await asyncio.sleep(0.5)  # B is following live
-            assert (await a.post(f"/v1/responses/{rid}/cancel")).status_code == 200
-            events = await asyncio.wait_for(reader, 10)
-            seqs = [e["sequence_number"] for e in events]
-            assert seqs == list(range(3, 3 + len(seqs))) and len(seqs) > 3  # no gap, no duplicate
-            kinds = [e["type"] for e in events]
-            assert kinds[-1] == "response.failed" and sum(k.startswith("response.failed") for k in kinds) == 1
-            async with a.stream("GET", f"/v1/responses/{rid}", params={"stream": "true",
-                                                                        "starting_after": "2"}) as r:
-                stored = [json.loads(line[6:]) for line in [x async for x in r.aiter_lines()]
-                          if line.startswith("data: ") and line != "data: [DONE]"]
-            assert stored == events  # what B followed live is what A stored
+        reader = asyncio.ensure_future(events_of(p.b))
+        await asyncio.sleep(0.5)  # B is following live
+        assert (await p.a.post(f"/v1/responses/{p.rid}/cancel")).status_code == 200
+        events = await asyncio.wait_for(reader, 10)
+        seqs = [e["sequence_number"] for e in events]
+        assert seqs == list(range(3, 3 + len(seqs))) and len(seqs) > 3  # no gap, no duplicate
+        kinds = [e["type"] for e in events]
+        assert kinds[-1] == "response.failed" and sum(k.startswith("response.failed") for k in kinds) == 1
+        assert await events_of(p.a) == events  # what B followed live is what A stored
 
 
 async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
