@@ -161,7 +161,7 @@ class McpCallItem(_Wire):
     name: str
     arguments: str
     output: str | None = None
-    error: str | None = None
+    error: str | dict[str, Any] | None = None  # OpenAI's McpToolCallError (older clients: a string)
     status: str | None = None
     approval_request_id: str | None = None
 

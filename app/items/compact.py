@@ -7,8 +7,13 @@ said): of the context (``previous_response_id``'s input and output, then ``input
   preambles);
 * reasoning items are dropped (the conclusions are in the answers; Harmony models drop
   earlier turns' chain of thought from the prompt anyway);
-* function calls and their outputs are dropped, except those of the latest turn (after the
-  last user message), so an agent in the middle of a tool loop can continue.
+* tool calls and their outputs are dropped, except those of the latest turn (after the last
+  user message), so an agent in the middle of a tool loop can continue: function and custom
+  tool calls and outputs, and the hosted tools' items (``mcp_call``, an
+  ``mcp_approval_request`` waiting for its answer and the answer, ``web_search_call``,
+  ``code_interpreter_call``);
+* the latest ``mcp_list_tools`` of each MCP server is kept wherever it is (a server is
+  listed once per conversation).
 
 The kept transcript is sealed into the compaction item's ``encrypted_content``
 (:mod:`app.items.sealing`, bound to the caller's API key).  The visible ``output``
@@ -31,15 +36,23 @@ Json = dict[str, Any]
 PURPOSE = "compaction"
 
 
+LATEST_TURN = frozenset({
+    "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "mcp_call",
+    "mcp_approval_request", "mcp_approval_response", "web_search_call", "code_interpreter_call"})
+
+
 def kept_items(context: list[Json]) -> list[Json]:
     """The transcript a compaction keeps (see the module docstring)."""
     users = [i for i, item in enumerate(context)
              if item.get("type", "message") == "message" and item.get("role") == "user"]
     last_user = users[-1] if users else -1
+    listings = {str(item.get("server_label")): i for i, item in enumerate(context)
+                if item.get("type") == "mcp_list_tools"}
+    latest_listing = set(listings.values())
     kept: list[Json] = []
     for i, item in enumerate(context):
         kind = item.get("type", "message")
-        if kind == "message" or (kind in ("function_call", "function_call_output") and i > last_user):
+        if kind == "message" or (kind in LATEST_TURN and i > last_user) or i in latest_listing:
             kept.append(item)
     return kept
 

@@ -125,6 +125,17 @@ def _web_call(item: wire.WebSearchCallItem) -> tuple[str, str, str]:
     return name, arguments, result
 
 
+def _mcp_error(error: str | dict[str, Any]) -> str:
+    """An ``mcp_call``'s error as the model read it (OpenAI's structured error: its message,
+    or its content's text)."""
+    if isinstance(error, str):
+        return error
+    content = error.get("content")
+    if isinstance(content, list):
+        return "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return str(error.get("message", ""))
+
+
 def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
                       labels: list[str] | None = None) -> tuple[Message, ...]:
     """``items[first_input:]`` are the request's ``input`` (errors name them ``input[i]``);
@@ -187,7 +198,7 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             asst.calls.append(ToolCall(item.id, model_name(item.name, item.server_label), item.arguments))
             asst.flush(out)
             result = ("The user did not approve this call." if isinstance(item, wire.McpApprovalRequestItem)
-                      else item.output or "" if item.error is None else f"Error: {item.error}")
+                      else item.output or "" if item.error is None else f"Error: {_mcp_error(item.error)}")
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
         elif isinstance(item, wire.WebSearchCallItem):
             # a search run in an earlier response: the call, and what is left of its result

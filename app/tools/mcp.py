@@ -29,6 +29,7 @@ from mcp import ClientSession
 from mcp import types as mt
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from app.core.conversation import FunctionTool
 from app.core.errors import GatewayError
@@ -194,7 +195,7 @@ class McpSession:
     async def call(self, tool: str, arguments: dict[str, Any], within: float) -> ToolOutcome:
         session, owner = self._session, self._task
         if session is None or owner is None or owner.done():
-            return ToolOutcome("", f"The MCP server {self.server.label!r} is not connected.")
+            return failure(f"The MCP server {self.server.label!r} is not connected.", http=502)
         call = asyncio.ensure_future(session.call_tool(tool, arguments))
         try:
             done, _ = await asyncio.wait({call, owner}, timeout=within,
@@ -206,17 +207,19 @@ class McpSession:
                     await call
         if call not in done:
             if owner in done:
-                return ToolOutcome("", f"The MCP server {self.server.label!r} went away during the call.")
-            return ToolOutcome("", f"The tool {tool!r} did not answer within {within:g} s.")
+                return failure(f"The MCP server {self.server.label!r} went away during the call.", http=502)
+            return failure(f"The tool {tool!r} did not answer within {within:g} s.", http=504)
         exc = call.exception()
         if exc is not None:
-            return ToolOutcome("", f"The tool {tool!r} failed: {_reason(exc)}.")
+            status = exc.response.status_code if isinstance(exc, httpx2.HTTPStatusError) else 502
+            rpc = exc.error.code if isinstance(exc, MCPError) else None
+            return failure(f"The tool {tool!r} failed: {_reason(exc).rstrip('.')}.", http=status, rpc=rpc)
         result = call.result()
         if not isinstance(result, mt.CallToolResult):
-            return ToolOutcome("", f"The tool {tool!r} asked for input, which this gateway cannot give.")
+            return failure(f"The tool {tool!r} asked for input, which this gateway cannot give.", rpc=-32603)
         text = clip(text_of(result), self._max)
         if result.is_error:
-            return ToolOutcome(text, text or f"The tool {tool!r} failed.")
+            return failure(text or f"The tool {tool!r} failed.", output=text)
         return ToolOutcome(text)
 
     async def aclose(self) -> None:
@@ -233,6 +236,25 @@ class McpSession:
                 await task
         except BaseException:
             pass
+
+
+def failure(message: str, *, http: int | None = None, rpc: int | None = None,
+            output: str = "") -> ToolOutcome:
+    """A failed call: ``message`` is what the model reads; the item's ``error`` is OpenAI's
+    structured ``McpToolCallError``: ``mcp_protocol_error`` (a JSON-RPC error ``rpc``),
+    ``http_error`` (the server unreachable, gone, slow: ``http``) or, for an error the tool
+    itself returned, ``mcp_tool_execution_error`` with the text as its content."""
+    if rpc is not None:
+        error: dict[str, Any] = {"type": "mcp_protocol_error", "code": rpc, "message": message}
+    elif http is not None:
+        error = {"type": "http_error", "code": http, "message": message}
+    else:
+        error = execution_error(message)
+    return ToolOutcome(output, message, {"error": error})
+
+
+def execution_error(message: str) -> dict[str, Any]:
+    return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
 
 
 def _reason(exc: BaseException | None) -> str:
@@ -286,9 +308,9 @@ class McpToolbox:
         try:
             args = json.loads(arguments or "{}")
         except ValueError:
-            return ToolOutcome("", "The arguments are not valid JSON.")
+            return failure("The arguments are not valid JSON.", rpc=-32602)
         if not isinstance(args, dict):
-            return ToolOutcome("", "The arguments must be a JSON object.")
+            return failure("The arguments must be a JSON object.", rpc=-32602)
         return await session.call(tool, args, self.call_timeout)
 
     async def aclose(self) -> None:

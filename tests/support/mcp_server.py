@@ -3,8 +3,8 @@
 
 Its tools cover what the gateway must survive: plain ones (``add``, ``weather``, and ``echo``
 as ``@modelcontextprotocol/server-everything`` has it), text with Harmony /
-ChatML control tokens (``inject``), an error (``fail``), a hang (``sleep``), huge output
-(``huge``) and a process that dies mid-call (``die``).  :func:`running` starts it for a test.
+ChatML control tokens (``inject``), an error (``fail``), a hang (``sleep``), long and huge
+output (``long``, ``huge``) and a process that dies mid-call (``die``).  :func:`running` starts it for a test.
 """
 
 from __future__ import annotations
@@ -90,6 +90,11 @@ async def hold(path: str) -> str:
 
 def _note(path: str, text: str) -> None:
     Path(path).write_text(text)
+
+
+@server.tool(description="A long text of so many characters.")
+def long(chars: int) -> str:
+    return "y" * chars
 
 
 @server.tool(description="Five megabytes of text.")

@@ -3,7 +3,8 @@ tools the gateway runs, which stay open while the tool runs.
 
 * ``mcp_list_tools`` items, emitted whole when the response starts;
 * an ``mcp_call`` opened by the encoder (its arguments stream as deltas) waits here for its
-  result: ``response.mcp_call.completed`` or ``.failed`` with ``output`` / ``error``;
+  result: ``response.mcp_call.completed`` or ``.failed`` with ``output`` / ``error`` (OpenAI's
+  structured ``McpToolCallError``: :func:`app.tools.mcp.failure`);
 * a ``web_search_call`` is added only once the model's arguments are complete (its
   ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
   ``.completed`` with the action the tool reports (its sources only with ``include``) and
@@ -21,7 +22,7 @@ from typing import Any
 
 from app.core import events as ev
 from app.core.ids import random_id
-from app.tools import code, web
+from app.tools import code, mcp, web
 
 Json = dict[str, Any]
 
@@ -114,7 +115,8 @@ class HostedItems:
                 self._emit("response.web_search_call.completed", item_id=item["id"], output_index=index)]
         else:
             item["output"] = event.output if not failed else (event.output or None)
-            item["error"] = event.error
+            error = (event.detail or {}).get("error")  # OpenAI's structured McpToolCallError
+            item["error"] = (error or mcp.execution_error(event.error)) if event.error is not None else None
             item["status"] = "failed" if failed else "completed"
             events = [self._emit("response.mcp_call.failed" if failed else "response.mcp_call.completed",
                                  item_id=item["id"], output_index=index)]

@@ -137,8 +137,12 @@ async def test_a_failing_tool_goes_back_to_the_model(server: str) -> None:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", **on(server)})
     assert r.status_code == 200, r.text
     failed = next(i for i in r.json()["output"] if i["type"] == "mcp_call")
-    assert failed["status"] == "failed" and failed["error"]
+    said = "Error executing tool fail"  # the server's words (its SDK hides the exception)
+    assert failed["status"] == "failed" and failed["error"] == {
+        "type": "mcp_tool_execution_error", "content": [{"type": "text", "text": said}]}
+    assert "Error executing tool fail" in model.prompts[1]
     assert r.json()["status"] == "completed"
+    Response.model_validate(r.json())
 
 
 async def test_a_hanging_tool_times_out(server: str) -> None:
@@ -146,7 +150,9 @@ async def test_a_hanging_tool_times_out(server: str) -> None:
     async with gateway(model.transport(), cfg(server, call_timeout=0.5)) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "input": "go", **on(server)})
     failed = next(i for i in r.json()["output"] if i["type"] == "mcp_call")
-    assert "did not answer within 0.5 s" in failed["error"]
+    assert failed["error"] == {"type": "http_error", "code": 504,  # OpenAI's McpToolCallError
+                               "message": "The tool 'sleep' did not answer within 0.5 s."}
+    Response.model_validate(r.json())
 
 
 async def test_rounds_are_bounded(server: str) -> None:
