@@ -11,6 +11,10 @@ when it ends, its output is classified **once** into a typed :data:`Decision`:
 * :class:`Stop` — a bound was reached (``max_tool_calls``, ``max_rounds``, ``deadline``): the
   response ends incomplete with that reason; calls it did not run say so.
 
+The deadline bounds the whole response: a generation still running when it passes is stopped
+(its upstream request closed), a tool call is cut at it, and no step is sampled after it;
+each ends the response incomplete with reason ``deadline``.
+
 :class:`LoopState` is the one state object per response (conversation so far, usage, rounds,
 calls run).  A tool's failure is an outcome the model reads, never an error of the run
 (:mod:`app.tools.base`); cancellation stops the current generation or the running tool.  The
@@ -195,7 +199,18 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
                 stats.tool_rounds += 1  # a generation after hosted tools ran
             step = StepOutput()
             finished: ev.Finished | None = None
-            async for event in stream:
+            deadline = asyncio.get_running_loop().time() + state.remaining()
+            while True:
+                try:  # the deadline bounds the wait for the model, never the time spent at yield
+                    async with asyncio.timeout_at(deadline):
+                        event = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:  # the generation is stopped (its upstream request closed)
+                    await _close(stream)
+                    stream = None
+                    yield ev.Finished("length", state.usage, limit="deadline")
+                    return
                 if isinstance(event, ev.Finished):
                     finished = event
                     break
@@ -224,6 +239,9 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
                 yield ev.HostedCallDone(call.id, outcome.output, outcome.error, outcome.detail)
             if decision.then == "return":
                 yield ev.Finished("tool_calls", state.usage)
+                return
+            if state.remaining() <= 0:  # the calls used up the time: no generation after them
+                yield ev.Finished("length", state.usage, limit="deadline")
                 return
             state.conversation = replace(state.conversation, messages=(
                 *state.conversation.messages, step.message(), *_tool_messages(results)))

@@ -6,6 +6,7 @@ failed call; the SSE fallback; names that would collide.  The MCP server is the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from pydantic import TypeAdapter
 
 from tests.support.gateway import MODEL, config, gateway, sse_payloads
 from tests.support.mcp_server import running
+from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.switch_model import Switch, answer, call
 
 Json = dict[str, Any]
@@ -153,6 +155,34 @@ async def test_an_older_server_is_reached_over_sse_when_streamable_http_fails() 
                 mcp(sse + "/sse?v=1", require_approval="never")]})
     assert r.status_code == 200, r.text
     assert [i["output"] for i in r.json()["output"] if i["type"] == "mcp_call"] == ["2"]
+
+
+async def test_the_deadline_stops_a_generation_that_runs_past_it(server: str) -> None:
+    upstream = EndlessUpstream()  # a model that never stops writing
+    async with gateway(endless_transport(upstream), cfg(server, deadline_seconds=0.5)) as c:
+        t0 = time.monotonic()
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                 "tools": [mcp(server + "/mcp", require_approval="never")]})
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "incomplete" and r.json()["incomplete_details"] == {"reason": "deadline"}
+    assert time.monotonic() - t0 < 5 and upstream.closed_at is not None  # its request was closed
+    assert r.json()["output"][-1]["content"][0]["text"].startswith("Hello")  # what it wrote is kept
+
+
+async def test_no_generation_after_a_call_that_used_up_the_deadline(server: str) -> None:
+    model = Switch(call("sleep", {"seconds": 30}), ("time limit", answer("Should not be sampled.")))
+    async with gateway(model.transport(), cfg(server, deadline_seconds=0.5)) as c:
+        r = await c.post("/v1/responses", headers={"x-stainless-lang": "python"}, json={
+            "model": MODEL, "input": "go", "stream": True,
+            "tools": [mcp(server + "/mcp", require_approval="never")]})
+    events = [e for e in sse_payloads(r.text) if e != "[DONE]"]
+    for event in events[:-1]:  # the last: its reason "deadline" is outside the SDK's enum (see README)
+        EVENTS.validate_python(event)
+    assert [e["type"] for e in events][-1] == "response.incomplete" and len(model.prompts) == 1
+    final = events[-1]["response"]
+    assert final["incomplete_details"] == {"reason": "deadline"}
+    item = next(i for i in final["output"] if i["type"] == "mcp_call")
+    assert item["status"] == "failed" and "time limit" in item["error"]["content"][0]["text"]
 
 
 async def test_a_function_named_like_an_mcp_tool_is_a_400(server: str) -> None:
