@@ -9,7 +9,7 @@ Metrics live in their own registry so several apps (tests) can coexist in a proc
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -66,6 +66,7 @@ class RequestStats:
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     tool_rounds: int = 0  # generations after hosted tools ran (the agentic loop)
+    steps: list[dict[str, int]] = field(default_factory=list)  # per agentic-loop step: its usage
     error_code: str | None = None  # a stream's terminal error (HTTP errors: read from the body)
 
 

@@ -225,6 +225,11 @@ async def agent_loop(route: ModelRoute, first: AsyncIterator[ev.Event] | None, p
                 return
             state.usage = add_usage(state.usage, finished.usage)
             decision = state.decide(step, finished, toolbox)
+            if (stats := metrics.current()) is not None:  # per step in the access log
+                calls = len(decision.calls) if isinstance(decision, RunHosted) else 0
+                stats.steps.append({"prompt_tokens": finished.usage.prompt_tokens,
+                                    "completion_tokens": finished.usage.completion_tokens,
+                                    "hosted_calls": calls})
             if isinstance(decision, Final):
                 yield replace(decision.finished, usage=state.usage)
                 return

@@ -234,12 +234,15 @@ class ObserveMiddleware:
             tokens = self.metrics.key_tokens
             tokens.labels(key or "-", stats.model or "-", "in").inc(stats.prompt_tokens)
             tokens.labels(key or "-", stats.model or "-", "out").inc(stats.completion_tokens)
-        log.info(json.dumps({"request_id": request_id, "method": method,
-                             "path": scope.get("path"), "status": status, "model": stats.model or None,
-                             "key": key, "prompt_tokens": stats.prompt_tokens,
-                             "completion_tokens": stats.completion_tokens,
-                             "duration_ms": round(elapsed * 1000, 2),
-                             "upstream_ms": round(stats.upstream_seconds * 1000, 2)}))
+        line = {"request_id": request_id, "method": method,
+                "path": scope.get("path"), "status": status, "model": stats.model or None,
+                "key": key, "prompt_tokens": stats.prompt_tokens,
+                "completion_tokens": stats.completion_tokens,
+                "duration_ms": round(elapsed * 1000, 2),
+                "upstream_ms": round(stats.upstream_seconds * 1000, 2)}
+        if stats.steps:  # the agentic loop's generations, each with its usage
+            line["steps"] = stats.steps
+        log.info(json.dumps(line))
 
     def _account(self, scope: Scope, stats: m.RequestStats, elapsed: float, status: int) -> None:
         """Count the request for its key; a background run's tokens once its run has ended."""

@@ -6,6 +6,8 @@ failed call; the SSE fallback; names that would collide.  The MCP server is the 
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -183,6 +185,22 @@ async def test_no_generation_after_a_call_that_used_up_the_deadline(server: str)
     assert final["incomplete_details"] == {"reason": "deadline"}
     item = next(i for i in final["output"] if i["type"] == "mcp_call")
     assert item["status"] == "failed" and "time limit" in item["error"]["content"][0]["text"]
+
+
+async def test_usage_is_summed_and_each_step_is_in_the_access_log(server: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ocm_gateway.access")
+    model = Switch(call("add", {"a": 1, "b": 2}), ("<|message|>3<|end|>", answer("3")))
+    async with gateway(model.transport(), cfg(server)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "1+2",
+                                                 "tools": [mcp(server + "/mcp", require_approval="never")]})
+    assert r.status_code == 200, r.text
+    [line] = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "ocm_gateway.access"]
+    steps = line["steps"]
+    assert [s["hosted_calls"] for s in steps] == [1, 0] and all(s["completion_tokens"] > 0 for s in steps)
+    usage = r.json()["usage"]
+    assert usage["input_tokens"] == sum(s["prompt_tokens"] for s in steps) == line["prompt_tokens"]
+    assert usage["output_tokens"] == sum(s["completion_tokens"] for s in steps)
 
 
 async def test_a_function_named_like_an_mcp_tool_is_a_400(server: str) -> None:
