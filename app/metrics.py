@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.engine.admission import Admission
+if TYPE_CHECKING:  # the engine uses this module: no import of it at run time
+    from app.engine.admission import Admission
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
