@@ -145,6 +145,32 @@ def test_approval_round_trip(gateway: Running, servers: dict[str, str]) -> None:
     assert call.output == f"Echo: {WORDS}" and second.output_text == ANSWER
 
 
+def test_the_rest_of_the_matrix_fastmcp_streamed_everything_not_and_a_streamed_approval(
+        gateway: Running, servers: dict[str, str]) -> None:
+    client = _client(gateway)
+    with client.responses.stream(model=MODEL, input="Echo it.", tools=[_ours(servers["ours"])]) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert final.output_text == ANSWER and kinds.count("response.completed") == 1
+    everything: Any = [{"type": "mcp", "server_label": "everything", "allowed_tools": ["echo"]}]
+    plain = client.responses.create(model=EVERYTHING_MODEL, input="Echo it.", tools=everything)
+    validate_response(plain.model_dump(mode="json", exclude_unset=True))
+    assert [i.type for i in plain.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert plain.output[1].type == "mcp_call" and plain.output[1].output == f"Echo: {WORDS}"
+    tools = [_ours(servers["ours"], approval="always")]
+    with client.responses.stream(model=MODEL, input="Echo it.", tools=tools) as stream:
+        list(stream)
+        first = stream.get_final_response()
+    request = first.output[-1]
+    assert request.type == "mcp_approval_request" and request.name == "echo"
+    with client.responses.stream(model=MODEL, previous_response_id=first.id, tools=tools, input=[
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}]) as stream:
+        list(stream)
+        second = stream.get_final_response()
+    assert [i.type for i in second.output] == ["mcp_call", "message"] and second.output_text == ANSWER
+
+
 def test_a_server_url_the_operator_did_not_allow_is_refused(gateway: Running, servers: dict[str, str],
                                                             tmp_path: Path) -> None:
     for url in (servers["everything"], "http://169.254.169.254/latest/meta-data/", "http://[::1]:9/mcp"):
