@@ -41,3 +41,10 @@ def sse_payloads(body: str) -> list[Any]:
             text = "\n".join(data)
             out.append(text if text == "[DONE]" else orjson.loads(text))
     return out
+
+
+def allowing_mcp(*allowed: str, **tools: Any) -> GatewayConfig:
+    """The test config with ``[tools.mcp] allowed_urls`` (and other ``[tools]`` settings)."""
+    c = config(context_window=16384)
+    return c.model_copy(update={"tools": c.tools.model_copy(update={
+        "mcp": c.tools.mcp.model_copy(update={"allowed_urls": list(allowed)}), **tools})})

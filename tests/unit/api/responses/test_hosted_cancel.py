@@ -7,34 +7,20 @@ when its handler is cancelled."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from websockets.asyncio.client import connect
 
 from tests.support.asgi import eventually
-from tests.support.gateway import MODEL, config, gateway
-from tests.support.mcp_server import running
+from tests.support.gateway import MODEL, gateway
+from tests.support.gateway import allowing_mcp as cfg
 from tests.support.slow_upstream import EndlessUpstream
 from tests.support.switch_model import Switch, answer, call
 from tests.support.ws import create, served
 
 Json = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with running("streamable") as url:
-        yield url
-
-
-def cfg(server: str) -> Any:
-    c = config(context_window=16384)
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "mcp": c.tools.mcp.model_copy(update={"allowed_urls": [server]})})})
 
 
 def tools(server: str) -> list[Json]:

@@ -23,7 +23,8 @@ from pydantic import TypeAdapter
 from app.formats.harmony.vocab import harmony_encoding
 from app.main import create_app
 from tests.support.asgi import AsgiPost, eventually
-from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.gateway import MODEL, gateway, sse_payloads
+from tests.support.gateway import allowing_mcp as cfg
 from tests.support.mcp_server import running
 from tests.support.switch_model import Switch, answer, call
 
@@ -33,21 +34,9 @@ EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with running("streamable") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def sse_server() -> Iterator[str]:
     with running("sse") as url:
         yield url
-
-
-def cfg(*allowed: str, **tools: Any) -> Any:
-    c = config(context_window=16384)
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "mcp": c.tools.mcp.model_copy(update={"allowed_urls": list(allowed)}), **tools})})
 
 
 def on(url: str) -> Json:

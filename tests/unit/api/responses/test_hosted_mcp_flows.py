@@ -9,32 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.gateway import MODEL, gateway, sse_payloads
+from tests.support.gateway import allowing_mcp as cfg
 from tests.support.mcp_server import running
 from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.switch_model import Switch, answer, call
 
 Json = dict[str, Any]
 EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with running("streamable") as url:
-        yield url
-
-
-def cfg(*allowed: str, **tools: Any) -> Any:
-    c = config(context_window=16384)
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "mcp": c.tools.mcp.model_copy(update={"allowed_urls": list(allowed)}), **tools})})
 
 
 def mcp(url: str, **extra: Any) -> Json:
@@ -44,6 +32,12 @@ def mcp(url: str, **extra: Any) -> Json:
 def adding() -> Switch:
     return Switch(call("add", {"a": 4, "b": 4}), ("<|message|>8<|end|>", answer("Eight.")),
                   ("did not approve", answer("Not allowed.")))
+
+
+async def asked(c: Any, tool: Json) -> tuple[Json, Json]:
+    """A first response that ends asking to approve a call: it, and its approval request."""
+    first = (await c.post("/v1/responses", json={"model": MODEL, "input": "4+4?", "tools": [tool]})).json()
+    return first, next(i for i in first["output"] if i["type"] == "mcp_approval_request")
 
 
 async def test_approval_answered_statelessly_in_input(server: str) -> None:
@@ -69,9 +63,7 @@ async def test_a_denied_call_is_not_run_and_the_model_is_told(server: str) -> No
     model = adding()
     tool = mcp(server + "/mcp", require_approval="always")
     async with gateway(model.transport(), cfg(server)) as c:
-        first = (await c.post("/v1/responses", json={"model": MODEL, "input": "4+4?",
-                                                      "tools": [tool]})).json()
-        request = next(i for i in first["output"] if i["type"] == "mcp_approval_request")
+        first, request = await asked(c, tool)
         r = await c.post("/v1/responses", json={
             "model": MODEL, "previous_response_id": first["id"], "tools": [tool], "input": [
                 {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": False}]})
@@ -97,9 +89,7 @@ async def test_a_pending_approval_survives_a_compaction(server: str) -> None:
     model = adding()
     tool = mcp(server + "/mcp", require_approval="always")
     async with gateway(model.transport(), cfg(server)) as c:
-        first = (await c.post("/v1/responses", json={"model": MODEL, "input": "4+4?",
-                                                      "tools": [tool]})).json()
-        request = next(i for i in first["output"] if i["type"] == "mcp_approval_request")
+        first, request = await asked(c, tool)
         compacted = await c.post("/v1/responses/compact", json={"model": MODEL,
                                                                  "previous_response_id": first["id"]})
         assert compacted.status_code == 200, compacted.text
