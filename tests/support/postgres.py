@@ -84,14 +84,11 @@ def postgres_server() -> Iterator[str]:
         yield cluster.url
 
 
-async def fresh_pool(url: str, max_size: int = 4) -> Any:
-    """An ``open_pool`` (migrated) on a new database of the server at ``url``: each test
-    starts empty."""
+async def fresh_database(url: str) -> str:
+    """The URL of a new, empty database on the server at ``url``."""
     import uuid
 
     import asyncpg
-
-    from app.stores.postgres import open_pool
 
     name = f"t{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(url)
@@ -99,4 +96,12 @@ async def fresh_pool(url: str, max_size: int = 4) -> Any:
         await admin.execute(f"CREATE DATABASE {name}")
     finally:
         await admin.close()
-    return await open_pool(url.rsplit("/", 1)[0] + f"/{name}", max_size=max_size)
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+async def fresh_pool(url: str, max_size: int = 4) -> Any:
+    """An ``open_pool`` (migrated) on a new database of the server at ``url``: each test
+    starts empty."""
+    from app.stores.postgres import open_pool
+
+    return await open_pool(await fresh_database(url), max_size=max_size)

@@ -9,16 +9,14 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import pytest
 
 from tests.support.gateway import MODEL, config, gateway
-from tests.support.postgres import postgres_cluster, postgres_server
+from tests.support.postgres import fresh_database, postgres_cluster, postgres_server
 from tests.support.redis_server import redis_server
 from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.switch_model import Switch, answer
@@ -28,16 +26,6 @@ from tests.support.switch_model import Switch, answer
 def postgres() -> Iterator[str]:
     with postgres_server() as url:
         yield url
-
-
-async def database(url: str) -> str:
-    name = f"g{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    return url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def on(url: str, tmp: Any, redis: str | None = None) -> Any:
@@ -60,7 +48,7 @@ class Pair:
 async def background_on_a(postgres: str, tmp_path: Any) -> AsyncIterator[Pair]:
     """Two replicas on one database and one Redis; A runs a background response whose
     upstream has sent five chunks and never ends."""
-    url = await database(postgres)
+    url = await fresh_database(postgres)
     upstream = EndlessUpstream()
     with redis_server() as redis:
         async with gateway(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
@@ -72,7 +60,7 @@ async def background_on_a(postgres: str, tmp_path: Any) -> AsyncIterator[Pair]:
 
 
 async def test_one_service_whichever_replica(postgres: str, tmp_path: Any) -> None:
-    url = await database(postgres)
+    url = await fresh_database(postgres)
     model = Switch(answer("Hello."), ("Again", answer("Hello again.")))
     async with gateway(model.transport(), on(url, tmp_path / "a.sqlite3")) as a, \
             gateway(model.transport(), on(url, tmp_path / "b.sqlite3")) as b:
@@ -184,7 +172,7 @@ async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
     response answered 200 with ``store: true`` reads back whole afterwards; both gateways recover
     without a restart."""
     with postgres_cluster() as pg, redis_server() as redis:
-        url = await database(pg.url)
+        url = await fresh_database(pg.url)
 
         model = Switch(answer("Steady."))
         async with gateway(model.transport(), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
