@@ -10,14 +10,20 @@ write to one file.  So:
   failed transaction;
 * one write transaction at a time per connection (a lock per connection): requests sharing a
   connection cannot commit each other's half-done work;
-* a busy file is waited for, up to :data:`BUSY_MS` (``busy_timeout``); past that the write
-  fails as a 503 ``store_busy`` (retryable), never a 500 that sticks.
+* a busy file is waited for, up to :data:`BUSY_MS` in all: SQLite's ``busy_timeout`` waits
+  for another connection's write lock, but not when this connection still reads an older
+  snapshot (a cursor of a concurrent read on the shared connection: ``SQLITE_BUSY_SNAPSHOT``,
+  answered at once, since waiting inside SQLite cannot help); ``BEGIN`` is then tried again
+  with a short backoff until the same deadline.  Past it the write fails as a 503
+  ``store_busy`` with ``Retry-After`` (retryable, nothing half-written), never a 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -25,17 +31,20 @@ from typing import TypeVar
 
 import aiosqlite
 
-from app.core.errors import GatewayError
+from app.core.errors import Overloaded
 
 T = TypeVar("T")
 BUSY_MS = 5000
 _LOCKS: weakref.WeakKeyDictionary[aiosqlite.Connection, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-class StoreBusy(GatewayError):
-    status = 503
-    type = "server_error"
+class StoreBusy(Overloaded):
+    """503 with ``Retry-After``: the write was not made and may be sent again."""
+
     code = "store_busy"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after)
 
 
 async def configure(db: aiosqlite.Connection) -> None:
@@ -57,18 +66,33 @@ async def _complete(step: Awaitable[T]) -> T:
         raise
 
 
-async def _begin(db: aiosqlite.Connection) -> None:
+async def _begin_once(db: aiosqlite.Connection) -> None:
     try:
         await _complete(db.execute("BEGIN IMMEDIATE"))
     except sqlite3.OperationalError as exc:
         if "within a transaction" not in str(exc):
-            raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+            raise
         # Left open by a statement outside these transactions: undo it and start afresh.
         await _complete(db.rollback())
+        await _complete(db.execute("BEGIN IMMEDIATE"))
+
+
+async def _begin(db: aiosqlite.Connection) -> None:
+    """``BEGIN IMMEDIATE``, tried again while the file stays busy, up to :data:`BUSY_MS`."""
+    deadline = time.monotonic() + BUSY_MS / 1000
+    pause = 0.002
+    while True:
         try:
-            await _complete(db.execute("BEGIN IMMEDIATE"))
-        except sqlite3.OperationalError as again:
-            raise StoreBusy(f"The store is busy ({again}); try again.") from None
+            await _begin_once(db)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+            await asyncio.sleep(min(left, pause * (0.5 + random.random())))
+            pause = min(pause * 2, 0.1)
 
 
 @asynccontextmanager
