@@ -9,9 +9,10 @@ gateway constrains the answer in two requests over token ids:
 
 1. the prompt as rendered, unconstrained, until the format's watch (:class:`AnswerWatch`)
    sees the answer start: Harmony's final message header (``<|channel|>final ...
-   <|message|>``), a template's end of reasoning, or the first text that is neither
-   reasoning nor a tool call (held back until it is known, then dropped); that request is
-   then closed.  A tool call is never constrained: the model keeps its tools;
+   <|message|>``), a template's end of reasoning (without tools), or the first text, at the
+   start or after the reasoning, that is not a tool call (held back until it is known, then
+   dropped); that request is then closed.  A tool call is never constrained, wherever the
+   watch finds it (:mod:`app.formats.template.answer`): the model keeps its tools;
 2. the prompt plus every token generated so far, with ``json_schema``: everything the model
    writes now is the final message's body, constrained to the schema, ended by the model's
    end token once the JSON is complete.  The backend's prompt cache makes the second prompt

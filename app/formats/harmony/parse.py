@@ -4,11 +4,22 @@ Push tokens with :meth:`HarmonyEventParser.feed` (one backend chunk at a time) a
 call :meth:`HarmonyEventParser.close` when the backend stream ends; both return the
 events the new input produced.  Channel mapping:
 
-* ``analysis`` (and any unknown channel) → :class:`ReasoningDelta` — never text;
-* ``commentary`` without recipient → :class:`PreambleDelta`;
+* ``final`` (a content type such as ``<|constrain|>json`` allowed) → :class:`TextDelta`,
+  the only text that is ever the answer;
+* ``commentary`` without recipient → :class:`PreambleDelta` (meant for the user: the
+  gateway shows it as a preamble);
 * ``to=functions.NAME`` on any channel → tool call (started / argument deltas / done);
   ``to=NS.NAME`` for a tool namespace of the request → the call of tool ``NS__NAME``;
-* ``final`` (or a message without channel) → :class:`TextDelta`.
+* everything else an assistant message can be → :class:`ReasoningDelta`, never text:
+  ``analysis``; a message with no channel (the spec's system message says "Channel must be
+  included for every message", and gpt-oss always writes one: a channel-less header,
+  first in the answer or after another message, a role alone, or only a content type, is
+  not ``final``); a channel Harmony does not define; and ``to=assistant`` on any channel
+  (the model addressing itself, as a tool result addresses the assistant: not the user).
+
+Another recipient is a built-in tool the gateway does not run: an ``unsupported_recipient``
+error; a header with ``<|channel|>`` but no channel name is malformed: an error, as in
+openai-harmony.
 
 ``<|return|>`` finishes with ``stop``, ``<|call|>`` with ``tool_calls``, a token
 budget with ``length``.  A stream that ends without a stop token is an error.  A message
@@ -174,11 +185,13 @@ class HarmonyEventParser:
             self._out.append(ev.Error(f"The model addressed {recipient!r}, a built-in tool this "
                                       "gateway does not provide.", code="unsupported_recipient"))
             self._done = True
+        elif recipient == "assistant":
+            self._kind = "reasoning"  # the model writing to itself: never for the user
         elif channel == "commentary":
             self._kind = "preamble"
-        elif channel in (None, "final"):
+        elif channel == "final":
             self._kind = "text"
-        else:
+        else:  # analysis, no channel at all, or a channel Harmony does not define
             self._kind = "reasoning"
 
     def _emit_delta(self, delta: str) -> None:

@@ -6,15 +6,23 @@ and a tool call is never constrained, so a model given tools and a response form
 call a tool or answer in the schema.  :class:`TemplateAnswerWatch` follows the output:
 
 * in reasoning (the prompt opened it, or the output starts with the reasoning marker): the
-  answer starts right after the chunk that ends the reasoning;
-* at the start: text that could still become the reasoning marker or a tool call's opening
-  marker is held back; a tool call ends the watch (nothing is constrained); anything else
-  means the answer has started *unconstrained*, so it is dropped (:data:`RESTART`) and
-  generated again under the schema.
+  chunk that ends it is passed on; without tools the answer starts right after it, with
+  tools what follows is read exactly as the start of an output is;
+* at the start (of the output, or after the reasoning): whitespace, and text that could
+  still become the reasoning marker (only at the very start) or a call's opening marker, is
+  held back.  A call's marker ends the watch: nothing is constrained and every held chunk
+  is passed on; so does a marker after a short sentence (``Let me check.`` then
+  ``<tool_call>``) within :data:`_MAX_UNDECIDED` characters, as the parser reads a call
+  after text.  Anything else means the answer has started *unconstrained*: it is dropped
+  (:data:`RESTART`) and generated again under the schema: at once when it opens JSON
+  (``{``, ``[``), else at that bound, or when the generation ends before a call (an empty
+  answer included).
 
 A template whose reasoning the prompt closed, and that was given no tools, is constrained
 from its first token; so is one with neither reasoning nor tools (the format then sets
-``Prompt.json_schema`` itself and no watch is used).
+``Prompt.json_schema`` itself and no watch is used).  Chunks are usually one token; text
+after the reasoning's end in the chunk that ends it is passed on with it (a later restart
+keeps it in the second prompt).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from app.formats.template.analysis.result import ReasoningMode, TemplateAnalysis
 from app.formats.template.analysis.tools import ToolFormat
 from app.formats.template.forced import in_reasoning
 
-_MAX_UNDECIDED = 256  # characters held back at the start before the answer is taken as begun
+_MAX_UNDECIDED = 256  # characters held back before a call before the answer is taken as begun
 
 
 def call_triggers(a: TemplateAnalysis) -> tuple[str, ...]:
@@ -43,6 +51,7 @@ class TemplateAnswerWatch:
         self._end = analysis.reasoning.end
         self._triggers = call_triggers(analysis) if tools else ()
         self._reasoning = in_reasoning(analysis, prompt_tail)
+        self._first = not self._reasoning  # the reasoning marker may still open the output
         self._done = False
         self._buf = ""
         prompt_closed = bool(self._end) and prompt_tail.rstrip().endswith(self._end)
@@ -56,25 +65,53 @@ class TemplateAnswerWatch:
         if self._done:
             return None
         self._buf += chunk.text
-        if self._reasoning:
-            found = self._buf.find(self._end) if self._end else -1
-            if found < 0:
-                self._buf = self._buf[-len(self._end):] if self._end else ""
-                return None
+        final = chunk.finish is not None
+        if self._first:  # the very start: the output may open the reasoning
+            text = self._buf.lstrip()
+            if self._start and text.startswith(self._start):
+                self._first, self._reasoning = False, True
+                self._buf = text[len(self._start):]
+            elif not final and (not text or self._start.startswith(text)):
+                self._buf = text
+                return HOLD
+            else:
+                self._first = False
+                return self._after(final)
+        if not self._reasoning:
+            return self._after(final)
+        if not self._end_reasoning():
+            return None
+        # this chunk ends the reasoning: it is passed on, and the answer starts after it
+        if not self._triggers:
             self._done = True
-            return len(chunk.token_ids)  # the answer starts after the chunk ending the reasoning
-        text = self._buf.lstrip()
-        if not text:
-            return HOLD
-        if self._start and text.startswith(self._start):
-            self._reasoning = True
-            self._buf = text[len(self._start):]
-            return self.feed(Chunk(token_ids=chunk.token_ids)) if self._end in self._buf else None
-        if any(text.startswith(t) for t in self._triggers):
+            return len(chunk.token_ids)
+        return len(chunk.token_ids) if self._after(final) == RESTART else None
+
+    def _end_reasoning(self) -> bool:
+        """Whether the reasoning's end marker is in the buffer (the buffer is then what
+        follows it); otherwise keeps only what could be the start of the marker."""
+        found = self._buf.find(self._end) if self._end else -1
+        if found < 0:
+            keep = len(self._end) - 1
+            self._buf = self._buf[-keep:] if keep > 0 else ""
+            return False
+        self._reasoning = False
+        self._buf = self._buf[found + len(self._end):]
+        return True
+
+    def _after(self, final: bool) -> Cut:
+        """The output after the reasoning (or without one) so far: a call, undecided, or an
+        answer to generate again under the schema."""
+        text = self._buf = self._buf.lstrip()
+        if any(t in text for t in self._triggers):
             self._done = True  # a tool call: never constrained
             return None
-        could_be = [m for m in (self._start, *self._triggers) if m and m.startswith(text)]
-        if could_be and len(text) < _MAX_UNDECIDED:
+        if final:
+            self._done = True
+            return RESTART  # ended without a call: the answer is the schema's
+        if not text or any(m.startswith(text) for m in self._triggers):
             return HOLD
-        self._done = True
-        return RESTART
+        if text[0] in "{[" or len(text) >= _MAX_UNDECIDED or not self._triggers:
+            self._done = True
+            return RESTART
+        return HOLD
