@@ -6,8 +6,17 @@ allowed only when one prefix matches it component by component: same scheme, sam
 (defaults filled in), and a path that continues the prefix's path at a ``/`` boundary.  URLs
 with user info, fragments, non-HTTP schemes, unparsable ports, or dot segments in the path
 (``/mcp/../admin``, also percent-encoded) never match.  By default the
-list is empty: a request may name no server at all.  Redirects are not followed at all (the
-MCP client's HTTP client has ``follow_redirects=False``).
+list is empty: a request may name no server at all.
+
+That check holds for every request a session makes, not only the first: the ``mcp`` SDK
+follows same-origin redirects itself (whatever the client's ``follow_redirects`` says), and the
+SSE transport POSTs to whatever ``endpoint`` the server names.  So the MCP client's HTTP
+client carries :func:`guard_hooks`: each request's URL is checked against the allow-list
+again (an SSE ``endpoint`` outside the prefix is refused: a ``/sse`` prefix does not cover
+``/messages/``) and every 3xx answer is refused, never followed; either ends the session
+(:class:`EgressRefused`).  The hooks sit on the client, so they hold on every transport,
+proxies from the environment included.  A JSON answer is held to 1 MiB (the bound the SDK
+keeps for one SSE event; it reads a JSON answer whole, however large).
 
 A host the operator wrote as a name is then resolved (:func:`public_addresses`): when any of
 its addresses is not a public one (loopback, private, link-local such as 169.254.169.254,
@@ -21,12 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
-from collections.abc import Sequence
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
+
 from app.core.errors import InvalidRequest
+
+log = logging.getLogger("ocm_gateway")
 
 _PORTS = {"http": 80, "https": 443}
 
@@ -107,3 +123,88 @@ async def public_addresses(url: str, param: str, *, allow_private: bool) -> None
                                  f"non-public address ({address}); this gateway does not call those "
                                  "for a request ([tools.mcp] allow_private_names).", param=param,
                                  code="server_url_not_allowed")
+
+
+class EgressRefused(Exception):
+    """A request of an MCP session that left the allow-list, or a redirect it was answered."""
+
+
+MAX_MESSAGE = 1 << 20
+
+
+class MessageTooLarge(httpx2.StreamError):
+    """A JSON answer past :data:`MAX_MESSAGE` (the SDK reports it as the request's parse error)."""
+
+
+class _Capped(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> Any:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise MessageTooLarge(f"the server's message exceeded the {self._limit} byte limit")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port/`` of ``url``: the prefix of an operator's own server."""
+    target = _parse(url)
+    if target is None:
+        return ""
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    return f"{target.scheme}://{host}:{target.port}/"
+
+
+Hook = Callable[[Any], Awaitable[None]]
+
+
+def guard_hooks(prefixes: Sequence[str], refused: Callable[[EgressRefused], None], *,
+                reveal: bool) -> dict[str, list[Hook]]:
+    """httpx2 ``event_hooks`` that hold a session to ``prefixes`` (see the module docstring):
+    a request outside them is not sent, a 3xx answer is not followed; ``refused`` hears of
+    either before it is raised.  ``reveal``: name the path in the message (a request's own
+    URL; an operator's server's URL is not shown to clients)."""
+    def refuse(message: str) -> EgressRefused:
+        exc = EgressRefused(message)
+        refused(exc)
+        return exc
+
+    async def on_request(request: httpx2.Request) -> None:
+        if not allowed(str(request.url), prefixes):
+            where = f" ({request.url.path[:200]})" if reveal else ""
+            raise refuse(f"the server sent this gateway to a URL outside the allowed ones{where}; "
+                         "it was not called")
+
+    async def on_response(response: httpx2.Response) -> None:
+        if 300 <= response.status_code < 400:
+            location = response.headers.get("location", "")
+            log.warning("MCP: %s %s answered HTTP %d to %r; not followed", response.request.method,
+                        response.request.url.copy_with(query=None), response.status_code, location[:200])
+            where = f" to {location[:200]!r}" if reveal and location else ""
+            raise refuse(f"the server answered HTTP {response.status_code} (a redirect{where}); "
+                         "redirects are not followed")
+        if response.headers.get("content-type", "").lower().startswith("application/json"):
+            if not isinstance(response.stream, httpx2.AsyncByteStream):  # pragma: no cover
+                raise TypeError("an MCP answer that is not an httpx2 byte stream")
+            response.stream = _Capped(response.stream, MAX_MESSAGE)
+
+    return {"request": [on_request], "response": [on_response]}
+
+
+_ssl: ssl.SSLContext | None = None
+
+
+async def ssl_context() -> ssl.SSLContext:
+    """One TLS context for every MCP client of this process, built off the event loop: each
+    client building its own reads the CA bundle again (20-35 ms of the loop per session)."""
+    global _ssl
+    if _ssl is None:
+        context = await asyncio.to_thread(httpx2.create_ssl_context)
+        _ssl = _ssl or context
+    return _ssl

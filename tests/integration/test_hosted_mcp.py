@@ -49,7 +49,9 @@ def servers() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def gateway(servers: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     tmp = tmp_path_factory.mktemp("mcp-gateway")
-    allowed = ", ".join(f'"{u}"' for u in (servers["ours"], servers["ours-sse"]))
+    # an SSE server POSTs to the /messages/ endpoint it names: a /sse prefix does not cover it
+    messages = servers["ours-sse"].removesuffix("/sse") + "/messages/"
+    allowed = ", ".join(f'"{u}"' for u in (servers["ours"], servers["ours-sse"], messages))
     with llama_server(scripted_model("mcp-echo", _script("srv"))) as url, \
             llama_server(scripted_model("mcp-everything", _script("everything"))) as url2:
         config = tmp / "gateway.toml"

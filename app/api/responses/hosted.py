@@ -10,8 +10,11 @@ the sandbox) becomes a :class:`~app.tools.code.CodeToolbox` with a fresh contain
 ``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
 the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
 clients), or a ``server_url`` the operator allows (:mod:`app.tools.egress`; by default none).
-Sessions open concurrently while the request is planned; a server that cannot be reached is a
-424 before any output.  ``mcp_list_tools`` items are emitted once per server and
+A request offers at most ``[tools.mcp] max_tools_per_request`` of them (a 400 before any
+connection).  Tools naming one server (URL, headers, allow-list) share one session and one
+listing; sessions open concurrently (``OPENING`` at a time: the SDK's handshakes of twenty
+servers at once held the event loop 50-100 ms) while the request is planned; a server that
+cannot be reached is a 424 before any output.  ``mcp_list_tools`` items are emitted once per server and
 conversation: a label already listed in the context is not listed again in the output.
 
 Approval: ``require_approval`` (default ``always``, as OpenAI) decides per tool whether a call
@@ -41,6 +44,7 @@ from app.tools.web import WebSearchToolbox
 from schemas import responses as wire
 
 Json = dict[str, Any]
+OPENING = 4  # sessions of one request that connect and list at once
 
 
 @dataclass
@@ -92,6 +96,7 @@ def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServ
                              "by server_url or by a label its operator configured.",
                              param=f"{where}.connector_id", code="unsupported_parameter")
     configured = settings.mcp.servers.get(t.server_label)
+    allowed_urls: tuple[str, ...] = ()  # the operator's own server: its origin
     headers: dict[str, str] = dict(t.headers or {})
     if t.authorization:
         headers["Authorization"] = f"Bearer {t.authorization}"
@@ -106,6 +111,7 @@ def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServ
                              param=f"{where}.server_url", code="missing_required_parameter")
     else:
         url = egress.check(t.server_url, settings.mcp.allowed_urls, f"{where}.server_url")
+        allowed_urls = tuple(settings.mcp.allowed_urls)  # every request of its session, again
     allowed = t.allowed_tools
     names = allowed.tool_names if isinstance(allowed, wire.McpToolFilter) else allowed
     approval = t.require_approval  # a per-tool filter: tools it does not name need approval
@@ -117,7 +123,8 @@ def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServ
     never = frozenset(lists.never.tool_names if lists.never else ())
     return McpServer(t.server_label, url, headers,
                      t.server_description or (configured.description if configured else None),
-                     frozenset(names) if names is not None else None, default, always, never)
+                     frozenset(names) if names is not None else None, default, always, never,
+                     allowed_urls)
 
 
 def _listed_before(context: Sequence[Json]) -> set[str]:
@@ -188,6 +195,12 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
         return Hosted(Toolboxes(boxes), dict(wires), browser=seen.browser, container_id=seen.container_id)
     servers: list[McpServer] = []
     positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
+    cap = settings.mcp.max_tools_per_request
+    if len(positions) > cap:
+        raise InvalidRequest(f"Invalid 'tools': too many mcp tools. Expected at most {cap}, but got "
+                             f"{len(positions)} (this gateway's [tools.mcp] max_tools_per_request).",
+                             param="tools", code="array_above_max_length")
+    resolved: set[str] = set()
     for t, at in zip(tools.mcp, positions, strict=True):
         where = f"tools[{at}]"
         server = _server(t, settings, where)
@@ -195,22 +208,35 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
             raise InvalidRequest(f"Two mcp tools share server_label {server.label!r}.",
                                  param=f"{where}.server_label")
         servers.append(server)
-        if t.server_label not in settings.mcp.servers:  # a URL the request named: where it leads
+        if t.server_label not in settings.mcp.servers and server.url not in resolved:
+            resolved.add(server.url)  # a URL the request named: where it leads (once per URL)
             await egress.public_addresses(server.url, f"{where}.server_url",
                                           allow_private=settings.mcp.allow_private_names)
-    sessions = [McpSession(s, connect_timeout=settings.connect_timeout,
-                           max_output_chars=settings.max_output_chars) for s in servers]
+    unique: dict[tuple[object, ...], McpSession] = {}
+    for server in servers:  # one session (and one listing) per server identity
+        if server.identity() not in unique:
+            unique[server.identity()] = McpSession(server, connect_timeout=settings.connect_timeout,
+                                                   max_output_chars=settings.max_output_chars)
+    sessions = list(unique.values())
+    opening = asyncio.Semaphore(OPENING)
+
+    async def open_one(session: McpSession) -> list[ListedTool]:
+        async with opening:
+            return await session.open()
+
     try:
-        results = await asyncio.gather(*(s.open() for s in sessions), return_exceptions=True)
+        results = await asyncio.gather(*(open_one(s) for s in sessions), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             raise failure
     except BaseException:  # a failed server, or the client left while they were opening
         await asyncio.shield(asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True))
         raise
+    found = {key: r for key, r in zip(unique, results, strict=True) if not isinstance(r, BaseException)}
     listed: dict[str, list[ListedTool]] = {
-        s.server.label: r for s, r in zip(sessions, results, strict=True) if not isinstance(r, BaseException)}
-    mcp = McpToolbox(sessions, listed, settings.call_timeout)
+        s.label: [tool for tool in found[s.identity()] if s.offers(tool.name)] for s in servers}
+    mcp = McpToolbox(servers, {s.label: unique[s.identity()] for s in servers}, listed,
+                     settings.call_timeout)
     toolbox = Toolboxes([mcp, *boxes])
     try:
         hosted = Hosted(toolbox, dict(wires), browser=seen.browser, container_id=seen.container_id)

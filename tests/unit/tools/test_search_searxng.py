@@ -36,7 +36,12 @@ class _Replay(BaseHTTPRequestHandler):
         query = parse_qs(parts.query)
         self.seen.append(query)
         q = query.get("q", [""])[0]
-        if parts.path != "/search" or query.get("format") != ["json"]:
+        if parts.path == "/hop/search":  # a same-origin redirect to the real endpoint
+            self.send_response(302)
+            self.send_header("Location", "/search?" + parts.query)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif parts.path != "/search" or query.get("format") != ["json"]:
             self._send(403, b"<html>Forbidden</html>", "text/html")
         elif q == "broken":
             self._send(500, b"<html>Internal Server Error</html>", "text/html")
@@ -79,6 +84,18 @@ async def test_results_become_hits(searxng: str) -> None:
         assert await provider.page(SLOTS) is None  # the gateway fetches no pages
     finally:
         await provider.aclose()
+
+
+async def test_a_redirect_is_not_followed(searxng: str) -> None:
+    """Issue 35: no fetcher of the gateway follows a redirect (the MCP transports, SearXNG)."""
+    provider = SearxngSearch(searxng + "/hop", timeout=5)
+    before = len(_Replay.seen)
+    try:
+        with pytest.raises(SearchUnavailable, match="HTTP 302"):
+            await provider.search("llama.cpp slots", limit=5)
+    finally:
+        await provider.aclose()
+    assert len(_Replay.seen) == before + 1  # the redirect itself, and not where it pointed
 
 
 @pytest.mark.parametrize(("where", "query", "says"), [
