@@ -5,12 +5,17 @@ Works on the store the config names (``--config`` / ``OCMGW_CONFIG``: the SQLite
 admin key; running gateways see a change within ``[auth] key_cache_seconds``.  The same
 functions back ``/admin/keys`` (:mod:`app.api.admin.keys`).  A new or rotated secret is
 printed once.
+
+Exit codes: 0 done, 1 the store refused (no such key, ...), 2 a bad option (out of bounds,
+malformed): the same bounds as ``/admin/keys``, named by the option.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
 import sys
 import time
 from typing import Any
@@ -18,7 +23,16 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.api.admin.keys import KeyCreate, KeyFields, create_key, revoke_key, rotate_key, update_key, view
+from app.api.admin.keys import (
+    MAX_EXPIRES_AT,
+    KeyCreate,
+    KeyFields,
+    create_key,
+    revoke_key,
+    rotate_key,
+    update_key,
+    view,
+)
 from app.config import load_config
 from app.core.errors import GatewayError
 from app.stores import open_stores
@@ -58,6 +72,48 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The API's fields as the options that set them (for messages).
+OPTIONS = {"requests_per_minute": "--rpm", "tokens_per_minute": "--tpm", "max_concurrent": "--concurrency",
+           "budget.tokens": "--budget-tokens", "budget.cost": "--budget-cost",
+           "budget.period": "--budget-period", "prices": "--price", "expires_at": "--expires-days",
+           "metadata": "--meta", "models": "--models", "owner": "--owner", "name": "name"}
+
+
+class BadOption(Exception):
+    """An option out of bounds or malformed: exit code 2, the message names the option."""
+
+
+def _price(spec: str) -> dict[str, float]:
+    model, sep, pair = spec.partition("=")
+    inp, _, out = pair.partition(",")
+    with contextlib.suppress(ValueError):
+        if model and sep:
+            return {"input": float(inp or 0), "output": float(out or 0)}
+    raise BadOption(f"--price {spec!r}: give MODEL=IN,OUT (prices per million tokens)")
+
+
+def _expires_at(days: float) -> int:
+    at = time.time() + days * 86400 if math.isfinite(days) else math.inf
+    if not 0 <= at <= MAX_EXPIRES_AT:
+        raise BadOption(f"--expires-days {days:g}: the key must expire between 1970 and the end of "
+                        "9999")
+    return int(at)
+
+
+def _body(model: type[KeyFields], fields: dict[str, Any]) -> KeyFields:
+    """The options as the API's body, under the API's bounds."""
+    try:
+        return model.model_validate(fields, strict=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first["loc"])
+        option = next((o for f, o in OPTIONS.items() if at == f or at.startswith(f + ".")), at)
+        shown = repr(first.get("input"))
+        value = f" {shown[:40]}{'…' if len(shown) > 40 else ''}" \
+            if isinstance(first.get("input"), int | float | str) else ""
+        raise BadOption(f"{option}{value}: {first['msg']}") from None
+
+
 def _fields(args: argparse.Namespace) -> dict[str, Any]:
     """The options given, as the API's body (only those given: an update changes just them)."""
     given: dict[str, Any] = {}
@@ -71,14 +127,9 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         given["budget"] = {"period": args.budget_period, "tokens": args.budget_tokens,
                            "cost": args.budget_cost}
     if args.price:
-        prices = {}
-        for spec in args.price:
-            model, _, pair = spec.partition("=")
-            inp, _, out = pair.partition(",")
-            prices[model] = {"input": float(inp or 0), "output": float(out or 0)}
-        given["prices"] = prices
+        given["prices"] = {spec.partition("=")[0]: _price(spec) for spec in args.price}
     if args.expires_days is not None:
-        given["expires_at"] = int(time.time() + args.expires_days * 86400)
+        given["expires_at"] = _expires_at(args.expires_days)
     if args.meta:
         given["metadata"] = dict(m.partition("=")[::2] for m in args.meta)
     return given
@@ -95,14 +146,19 @@ def _line(key: dict[str, Any]) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    body: KeyFields | None = None
+    if args.action == "create":
+        body = _body(KeyCreate, {"name": args.name, **_fields(args)})
+    elif args.action == "update":
+        body = _body(KeyFields, _fields(args))
     cfg = load_config(args.config)
     stores = await open_stores(cfg.store.path, cfg.store.url)
     store = stores.accounts
     try:
         secret = None
         if args.action == "create":
-            shown, secret = await create_key(store, KeyCreate.model_validate(
-                {"name": args.name, **_fields(args)}, strict=False))
+            assert isinstance(body, KeyCreate)
+            shown, secret = await create_key(store, body)
         elif args.action == "list":
             keys = [view(r) for r in await store.list_keys()]
             print(orjson.dumps(keys).decode() if args.json else "\n".join(_line(k) for k in keys))
@@ -114,8 +170,8 @@ async def _run(args: argparse.Namespace) -> int:
                 return 1
             shown = view(record)
         elif args.action == "update":
-            fields = KeyFields.model_validate(_fields(args), strict=False)
-            shown = await update_key(store, args.key_id, fields)
+            assert body is not None
+            shown = await update_key(store, args.key_id, body)
         elif args.action == "revoke":
             shown = await revoke_key(store, args.key_id)
         else:
@@ -135,6 +191,9 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         return asyncio.run(_run(args))
+    except BadOption as exc:
+        print(f"ocm-gateway keys: {exc}", file=sys.stderr)
+        return 2
     except (GatewayError, ValidationError, ValueError) as exc:
         message = exc.message if isinstance(exc, GatewayError) else str(exc)
         print(f"ocm-gateway keys: {message}", file=sys.stderr)

@@ -24,19 +24,26 @@ Json = dict[str, Any]
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
 GROUPS = ("key", "model", "hour", "day")
 MAX_RANGE = 400 * 86400
+LATEST = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
 def _time(value: str | None, default: float, param: str) -> int:
     """Unix seconds, or an ISO 8601 date / time (UTC unless it says otherwise)."""
     if value is None or value == "":
         return int(default)
-    if value.isdigit():
-        return int(value)
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidRequest(f"{param} must be Unix seconds or an ISO 8601 date.", param=param) from None
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
+    if value.isascii() and value.isdigit():  # not "²", which isdigit() too
+        seconds = int(value)
+    else:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidRequest(f"{param} must be Unix seconds or an ISO 8601 date.",
+                                 param=param) from None
+        seconds = int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
+    if not 0 <= seconds <= LATEST:
+        raise InvalidRequest(f"{param} must be between 1970 and 9999 (Unix seconds 0 to {LATEST}).",
+                             param=param)
+    return seconds
 
 
 @router.get("/usage")

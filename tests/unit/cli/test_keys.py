@@ -49,5 +49,5 @@ def test_keys_cli_against_a_gateway_on_the_same_store(tmp_path: Path,
     assert _cli(capsys, config, "revoke", key_id)["status"] == "revoked"
     assert asyncio.run(use(rotated)) == 401
     assert main(["keys", "--config", str(config), "show", "key_nope"]) == 1
-    assert main(["keys", "--config", str(config), "create", "x", "--rpm", "0"]) == 1
+    assert main(["keys", "--config", str(config), "create", "x", "--rpm", "0"]) == 2
     assert "greater than or equal to 1" in capsys.readouterr().err

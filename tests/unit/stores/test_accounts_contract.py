@@ -44,6 +44,22 @@ def _key(key_id: str, sha: str, **more: Any) -> dict[str, Any]:
     return {"id": key_id, "sha256": sha * 64, "name": key_id, "created_at": 1, "revoked_at": None, **more}
 
 
+async def test_keys_keep_every_number_the_admin_api_allows_exactly(store: AccountStore) -> None:
+    """The bounds of /admin/keys (app/api/admin/keys.py) fit every store: each numeric field at
+    its largest and smallest allowed value reads back exactly."""
+    from app.api.admin.keys import MAX_COST, MAX_EXPIRES_AT, MAX_INT, MAX_LIMIT, MAX_PRICE
+
+    for i, (limit, tokens, cost, price, expires) in enumerate([
+            (MAX_LIMIT, MAX_INT, MAX_COST, MAX_PRICE, MAX_EXPIRES_AT), (1, 1, 5e-324, 0.0, 0),
+            (MAX_LIMIT - 1, MAX_INT - 1, 0.1, 1e-9, MAX_EXPIRES_AT - 1)]):
+        record = _key(f"key_{i}", "abc"[i], requests_per_minute=limit, tokens_per_minute=limit,
+                      max_concurrent=limit, budget={"period": "month", "tokens": tokens, "cost": cost},
+                      prices={"m": {"input": price, "output": price}}, expires_at=expires)
+        await store.put_key(record)
+        assert await store.get_key(f"key_{i}") == record
+        assert await store.key_by_hash("abc"[i] * 64) == record
+
+
 async def test_keys_put_get_find_list_and_unique_secret(store: AccountStore) -> None:
     await store.put_key(_key("key_a", "a", models=["m"]))
     await store.put_key(_key("key_b", "b"))
