@@ -27,13 +27,15 @@ import httpx
 
 from benchmarks.overhead.processes import HARMONY_MODEL, Fake, free_port, start_fake
 from benchmarks.overhead.trees import Tree
-from tests.support.pdf import make_bomb
+from tests.support.mcp_server import running
+from tests.support.pdf import make_bomb, make_font_bomb, make_form_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
 Json = dict[str, Any]
 
 
-def _config(port: int, fake: Fake) -> str:
+def _config(port: int, fake: Fake, mcp_url: str = "") -> str:
+    allowed = f'[tools.mcp]\nallowed_urls = ["{mcp_url}/mcp"]\n' if mcp_url else ""
     return f"""\
 host = "127.0.0.1"
 port = {port}
@@ -45,16 +47,16 @@ base_urls = ["{fake.urls['llamacpp']}"]
 context_window = 8192
 [models."{HARMONY_MODEL}".harmony]
 current_date = "2026-11-26"
-"""
+""" + allowed
 
 
 @contextlib.contextmanager
-def _gateway(fake: Fake, workdir: Path) -> Iterator[str]:
+def _gateway(fake: Fake, workdir: Path, mcp_url: str = "") -> Iterator[str]:
     import subprocess
 
     port = free_port()
     config = workdir / "gateway.toml"
-    config.write_text(_config(port, fake))
+    config.write_text(_config(port, fake, mcp_url))
     log = (workdir / "gateway.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "serve", "--config", str(config),
                              "--log-level", "warning"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -88,22 +90,76 @@ def _pdf_input(data: bytes, name: str) -> list[Json]:
          "file_data": f"data:{kind};base64,{base64.b64encode(data).decode()}"}]}]
 
 
-def cases() -> list[tuple[str, str, Json]]:
+def _tokenizer_cases() -> list[tuple[str, str, Json]]:
+    """Issue 35: whitespace runs (one o200k piece: quadratic, a panic near 1 MB), text that
+    cannot fit the window, a long count; on every path that reaches the tokenizer."""
+    spaces, big = " " * 1_100_000, "w " * 7_340_032
+
+    def chat(text: str, **more: Any) -> Json:
+        return {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 8,
+                **more}
+
+    def create(given: Any = "hi", **more: Any) -> Json:
+        return {"model": HARMONY_MODEL, "input": given, "max_output_tokens": 8, **more}
+
+    output = [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c1", "output": big}]
+    return [
+        ("131,072 spaces chat message", "/v1/chat/completions", chat(" " * 131_072)),
+        ("65,536 no-break spaces chat message", "/v1/chat/completions", chat("\u00a0" * 65_536)),
+        ("32,768 x '/\\n' chat message (one piece)", "/v1/chat/completions", chat("/\n" * 32_768)),
+        ("14 MB ordinary chat message", "/v1/chat/completions", chat(big)),
+        ("14 MB function_call_output", "/v1/responses", create(output)),
+        ("input_tokens, 100,000 short messages", "/v1/responses/input_tokens",
+         {"model": HARMONY_MODEL, "input": [{"role": "user", "content": f"m{i}"} for i in range(100_000)]}),
+        ("1.1 MB spaces: chat", "/v1/chat/completions", chat(spaces)),
+        ("1.1 MB spaces: chat stream", "/v1/chat/completions", chat(spaces, stream=True)),
+        ("1.1 MB spaces: Responses input", "/v1/responses", create(spaces)),
+        ("1.1 MB spaces: instructions", "/v1/responses", create(instructions=spaces)),
+        ("1.1 MB spaces: input_tokens", "/v1/responses/input_tokens",
+         {"model": HARMONY_MODEL, "input": spaces}),
+        ("1.1 MB spaces: a tool description", "/v1/responses",
+         create(tools=[{"type": "function", "name": "f", "description": spaces}])),
+        ("1.1 MB spaces: /tokenize", "/tokenize", {"model": HARMONY_MODEL, "prompt": spaces}),
+    ]
+
+
+def _mcp(url: str, n: int, *, distinct: bool = False) -> list[Json]:
+    """``n`` mcp tools naming the one allowed server (``distinct``: each with headers of its own)."""
+    return [{"type": "mcp", "server_label": f"s{i}", "server_url": f"{url}/mcp", "require_approval": "never",
+             **({"headers": {"x-n": str(i)}} if distinct else {})} for i in range(n)]
+
+
+def cases(mcp_url: str = "http://127.0.0.1:9") -> list[tuple[str, str, Json]]:
     word = "a" * 256_000
     compacted = [{"type": "message", "role": "user", "content": f"old {i}"} for i in range(6000)]
     return [
         ("256 KB one-word chat message", "/v1/chat/completions",
          {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": word}], "max_tokens": 8}),
         ("1.1 MB one-word /tokenize", "/tokenize", {"model": HARMONY_MODEL, "prompt": "a" * 1_100_000}),
+        *_tokenizer_cases(),
         ("truncation auto, 2,000 turns", "/v1/responses",
          {"model": HARMONY_MODEL, "input": _turns(2000), "truncation": "auto", "max_output_tokens": 16}),
         ("compact 6,000 items", "/v1/responses/compact", {"model": HARMONY_MODEL, "input": compacted}),
         ("PDF CPU bomb (30 pages x 200,000 operators, 7 KB)", "/v1/responses",
          {"model": HARMONY_MODEL, "input": _pdf_input(make_bomb(30, 200_000), "bomb.pdf")}),
+        ("PDF Form XObject bomb (a 20 MB form drawn 3 times, 30 KB)", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": _pdf_input(make_form_bomb(3, 20_000_000), "form.pdf")}),
+        ("PDF nested forms (10 x 10 x 10 draws of a 1 MB form, 3 KB)", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": _pdf_input(make_form_bomb(10, 1_000_000, 3), "nested.pdf")}),
+        ("PDF 200 fonts sharing a 65,536-code /ToUnicode map (27 KB)", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": _pdf_input(make_font_bomb(200), "fonts.pdf")}),
+        ("200 mcp tools naming the one allowed URL", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": "hi", "max_output_tokens": 16, "tools": _mcp(mcp_url, 200)}),
+        ("20 mcp tools naming the one allowed URL", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": "hi", "max_output_tokens": 16, "tools": _mcp(mcp_url, 20)}),
+        ("20 mcp servers (one URL, headers of their own)", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": "hi", "max_output_tokens": 16,
+          "tools": _mcp(mcp_url, 20, distinct=True)}),
     ]
 
 
-def _probe(url: str, stop: Any, out: Any) -> None:
+def _probe(url: str, stop: Any, out: Any, ready: Any) -> None:
     """In its own process: the benchmark's own GIL (encoding a 160 KB body) must not delay it."""
     seen: list[float] = []
     with httpx.Client(timeout=30) as client:
@@ -111,20 +167,17 @@ def _probe(url: str, stop: Any, out: Any) -> None:
             t0 = time.perf_counter()
             client.get(f"{url}/health")
             seen.append(time.perf_counter() - t0)
+            ready.set()
             time.sleep(0.01)
     out.put(seen)
 
 
 def measure(url: str, send: Callable[[], httpx.Response]) -> Json:
     ctx = multiprocessing.get_context("spawn")
-    stop, out = ctx.Event(), ctx.Queue()
-    probe = ctx.Process(target=_probe, args=(url, stop, out))
+    stop, out, ready = ctx.Event(), ctx.Queue(), ctx.Event()
+    probe = ctx.Process(target=_probe, args=(url, stop, out, ready))
     probe.start()
-    with httpx.Client(timeout=30) as client:  # the probe is up and answering
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                client.get(f"{url}/health")
-                break
+    ready.wait(60)  # the probe is up and answering (a fast answer must still be probed)
     time.sleep(0.3)
     t0 = time.perf_counter()
     r = send()
@@ -148,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Json] = []
     with tempfile.TemporaryDirectory() as tmp, \
             start_fake(64, 0.0, 0.0, Tree("here", ROOT, "app.cli.main:main")) as fake, \
-            _gateway(fake, Path(tmp)) as url, httpx.Client(timeout=300) as client:
-        for name, path, body in cases():
+            running("streamable") as mcp_url, _gateway(fake, Path(tmp), mcp_url) as url, \
+            httpx.Client(timeout=300) as client:
+        for name, path, body in cases(mcp_url):
             def send(p: str = path, b: Json = body) -> httpx.Response:
                 return client.post(url + p, json=b)
 

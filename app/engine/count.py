@@ -24,8 +24,7 @@ from app.engine.generation import (
     estimate_tokens,
     prepare,
     prompt_tokens,
-    render,
-    tokenize,
+    render_tokens,
 )
 from app.engine.registry import Registry
 
@@ -54,6 +53,6 @@ async def count_tokens(registry: Registry, model: str, conv: Conversation, param
     if not truncate:
         check_capabilities(route, params, conv)
         await route.format.prepare()
-        prompt = await tokenize(route, render(route, conv, params))
+        prompt = await render_tokens(route, conv, params)  # off the loop when it is large
     exact = prompt_tokens(prompt)
     return TokenCount(exact, True) if exact is not None else TokenCount(estimate_tokens(prompt), False)

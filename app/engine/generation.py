@@ -32,6 +32,7 @@ from app.engine.admission import Admission
 from app.engine.constrained import answer_chunks
 from app.engine.stream import EventStream, invalid_output
 from app.formats.catalog import HarmonyFormat, PromptFormat
+from app.formats.harmony.render import min_prompt_tokens
 
 log = logging.getLogger("ocm_gateway")
 BIG_MESSAGES = 256  # a conversation with more messages is rendered in a worker thread,
@@ -194,15 +195,50 @@ def droppable_turns(conv: Conversation) -> int:
 
 
 def _text_size(conv: Conversation) -> int:
-    """Characters of text in the conversation's messages (at most :data:`BIG_TEXT` + one
-    message's worth: it stops counting once past it)."""
-    size = 0
+    """Characters of text in the conversation's messages and tool descriptions (at most
+    :data:`BIG_TEXT` + one message's worth: it stops counting once past it)."""
+    size = sum(len(t.description or "") for t in conv.tools)
     for message in conv.messages:
         size += sum(len(p.text) for p in message.content if isinstance(p, TextPart))
         size += len(message.reasoning or "") + sum(len(c.arguments) for c in message.tool_calls)
         if size > BIG_TEXT:
             break
     return size
+
+
+def is_big(conv: Conversation) -> bool:
+    """Whether rendering ``conv`` is CPU work for a worker thread rather than the event loop."""
+    return len(conv.messages) > BIG_MESSAGES or _text_size(conv) > BIG_TEXT
+
+
+async def render_tokens(route: ModelRoute, conv: Conversation, params: GenerationParams,
+                        big: bool | None = None) -> Prompt:
+    """:func:`render` then :func:`tokenize`; a long history or long text is rendered off the
+    event loop (the thread gives the GIL back between encoder calls of a few ms each, so
+    other requests and ``/health`` keep being answered)."""
+    if big if big is not None else is_big(conv):
+        rendered = await asyncio.to_thread(render, route, conv, params)
+    else:
+        rendered = render(route, conv, params)
+    return await tokenize(route, rendered)
+
+
+def check_floor(route: ModelRoute, conv: Conversation, params: GenerationParams,
+                window: int) -> None:
+    """Refuse, before rendering, a conversation whose prompt cannot fit the window: a bound
+    no rendering goes below (Harmony: every message's text, at most 128 characters a
+    token), so a 14 MB message is a 400 without being encoded."""
+    if not isinstance(route.format, HarmonyFormat):
+        return
+    floor = min_prompt_tokens(conv)
+    if floor >= window:
+        raise ContextLengthExceeded(
+            f"The prompt is at least {floor} tokens, which does not fit the context window of "
+            f"{window} tokens for model {route.name!r}.", param="messages")
+    if params.max_tokens is not None and floor + params.max_tokens > window:
+        raise ContextLengthExceeded(
+            f"The prompt (at least {floor} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+            f"the context window of {window} tokens.", param="max_tokens")
 
 
 async def prepare(route: ModelRoute, conv: Conversation, params: GenerationParams, *,
@@ -230,14 +266,11 @@ async def _prepare(route: ModelRoute, conv: Conversation, params: GenerationPara
     await route.format.prepare()
     window = await context_window(route)
 
-    big = len(conv.messages) > BIG_MESSAGES or _text_size(conv) > BIG_TEXT
+    big = is_big(conv)
 
     async def attempt(candidate: Conversation, dropped: int) -> Prepared:
-        # Rendering a long history is CPU work: off the event loop (the thread gives the GIL
-        # back every few ms, so other requests and /health keep being answered).
-        rendered = (await asyncio.to_thread(render, route, candidate, params) if big
-                    else render(route, candidate, params))
-        prompt = await tokenize(route, rendered)
+        check_floor(route, candidate, params, window)
+        prompt = await render_tokens(route, candidate, params, big)
         if truncate and prompt_tokens(prompt) is None and (
                 estimate_tokens(prompt) + (params.max_tokens or 0) >= window):
             raise ContextLengthExceeded("The input is estimated not to fit the context window.",

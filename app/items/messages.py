@@ -22,6 +22,7 @@ from app.core.conversation import ContentPart, ImagePart, Message, TextPart, Too
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.core.media import check_image_url
+from app.formats.harmony.text import check_runs
 from app.items.names import custom_arguments, model_name
 from app.items.validate import check_call_id, check_function_name
 from app.tools import code, web
@@ -63,6 +64,9 @@ def stored_items(items: list[Any], param: str) -> list[dict[str, Any]]:
         if isinstance(data.get("content"), str):
             kind = "output_text" if data.get("role") == "assistant" else "input_text"
             data["content"] = [{"type": kind, "text": data["content"]}]
+        if data.get("role") in ("system", "developer"):  # instructions: never stored unrenderable
+            check_runs("".join(p.get("text", "") for p in data.get("content") or ()
+                               if isinstance(p, dict)), f"{param}[{i}].content")
         out.append(data)
     return out
 

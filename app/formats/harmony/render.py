@@ -62,7 +62,7 @@ from app.core import conversation as m
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.content import text_only
-from app.formats.harmony.text import check_runs, encode_text
+from app.formats.harmony.text import check_runs, check_tool_text, encode_text, min_tokens_of
 from app.formats.harmony.vocab import END, MESSAGE, START, harmony_encoding
 
 _EFFORT = {"low": HarmonyEffort.LOW, "medium": HarmonyEffort.MEDIUM, "high": HarmonyEffort.HIGH}
@@ -96,16 +96,26 @@ def _system(opts: HarmonyOptions, effort: m.ReasoningEffort, builtins: frozenset
     return Message.from_role_and_content(Role.SYSTEM, content)
 
 
-def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...]) -> Message | None:
-    """The Harmony developer message (``# Instructions``, ``# Tools``), or None if empty."""
+SLOT = "\ue000"  # stands for long instructions while openai-harmony renders the message
+LONG_INSTRUCTIONS = 4096  # longer instructions are encoded by encode_text (in short calls)
+
+
+def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...], *,
+                      slot: bool = False) -> Message | None:
+    """The Harmony developer message (``# Instructions``, ``# Tools``), or None if empty; a
+    run in them that openai-harmony cannot encode in bounded time is a 400.  With ``slot``,
+    :data:`SLOT` stands for the instructions (the first occurrence in the message's text):
+    openai-harmony encodes one call's text at once, holding the GIL (1 MB: 0.3 s)."""
     if not instructions and not tools:
         return None
     tools = tuple(t for t in tools if t.builtin is None)  # built-ins are in the system message
     if not instructions and not tools:
         return None
+    check_runs(instructions, "instructions")
+    check_tool_text(tools)
     content = DeveloperContent.new()
     if instructions:
-        content = content.with_instructions(instructions)
+        content = content.with_instructions(SLOT if slot else instructions)
     plain = [t for t in tools if t.recipient.startswith("functions.")]
     if plain:
         content = content.with_function_tools([
@@ -215,6 +225,16 @@ def _splice_response_format(enc: HarmonyEncoding, ids: list[int],
     return ids[:end] + extra + ids[end:]
 
 
+def _fill_slot(enc: HarmonyEncoding, ids: list[int], instructions: str) -> list[int]:
+    """The developer message's text with the instructions in place of :data:`SLOT`, encoded in
+    short calls (the ids openai-harmony gives for the whole text:
+    ``tests/unit/formats/harmony/test_render.py``)."""
+    body = ids.index(MESSAGE, ids.index(START, 1)) + 1  # message 0 is the system message
+    end = ids.index(END, body)
+    text = enc.decode_utf8(ids[body:end]).replace(SLOT, instructions, 1)
+    return [*ids[:body], *encode_text(enc, text), *ids[end:]]
+
+
 def prefill_ids(enc: HarmonyEncoding, choice: m.ToolChoice,
                 tools: tuple[m.FunctionTool, ...] = ()) -> list[int]:
     """Assistant-header tokens that force a function call (empty for auto / none)."""
@@ -253,7 +273,8 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
     if ids is None:
         builtins = frozenset(t.builtin for t in tools if t.builtin)
         messages = [_system(replace(opts, current_date=date), effort, builtins)]
-        dev = developer_message(instructions, tools)
+        long = len(instructions) > LONG_INSTRUCTIONS
+        dev = developer_message(instructions, tools, slot=long)
         if dev is None and rf is not None:  # the response format needs a developer message
             dev = Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new())
         if dev is not None:
@@ -262,6 +283,8 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
         # message has tools, which rendering the messages one by one would not.
         rendered = enc.render_conversation(HarmonyConversation.from_messages(messages),
                                            RenderConversationConfig(auto_drop_analysis=False))
+        if long:
+            rendered = _fill_slot(enc, rendered, instructions)
         if rf is not None:
             rendered = _splice_response_format(enc, rendered, rf)
         ids = tuple(rendered)
@@ -326,6 +349,13 @@ def _constants(enc: HarmonyEncoding) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(start), tuple(enc.stop_tokens_for_assistant_actions())
 
 
+def min_prompt_tokens(conv: m.Conversation) -> int:
+    """Fewer tokens than :func:`render_harmony` gives for ``conv`` (every message's text is in
+    the prompt; :func:`~app.formats.harmony.text.min_tokens`), counted without encoding."""
+    return min_tokens_of(sum(len(p.text) for msg in conv.messages for p in msg.content
+                             if isinstance(p, m.TextPart)))
+
+
 def render_harmony(conv: m.Conversation, params: m.GenerationParams,
                    opts: HarmonyOptions | None = None) -> Prompt:
     """The prompt as token ids: the cached system / developer prefix, each history message
@@ -336,9 +366,6 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
     # guard), not what the model sees: all tools stay in the prompt, which keeps it cacheable.
     tools = conv.tools if params.tool_choice.mode != "none" else ()
-    for tool in tools:  # openai-harmony encodes the developer message itself
-        check_runs(f"{tool.description or ''} {orjson.dumps(tool.parameters).decode()}",
-                   f"tools ({tool.name})")
     instructions, history = _history(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
     start, stops = _constants(enc)

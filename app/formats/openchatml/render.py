@@ -42,7 +42,7 @@ from app.core.conversation import (
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
 from app.formats.content import text_only
-from app.formats.harmony.render import developer_message, response_format_section
+from app.formats.harmony.render import SLOT, developer_message, response_format_section
 from app.formats.harmony.vocab import harmony_encoding
 
 STOP_STRINGS = ("<|return|>", "<|call|>")
@@ -130,11 +130,12 @@ def _system_text(opts: OpenChatMLOptions, effort: ReasoningEffort, tools: bool) 
 def _developer_text(instructions: str, conv: Conversation,
                     tools: tuple[FunctionTool, ...]) -> str:
     text = ""
-    dev = developer_message(instructions, tools)
+    dev = developer_message(instructions, tools, slot=True)  # long instructions: never encoded
     if dev is not None:
         enc = harmony_encoding()
         rendered = enc.decode_utf8(enc.render(dev))
         text = rendered.removeprefix("<|start|>developer<|message|>").removesuffix("<|end|>")
+        text = text.replace(SLOT, instructions, 1)
     if conv.response_format is not None:
         section = response_format_section(conv.response_format)
         text = f"{text}\n\n{section}" if text else section

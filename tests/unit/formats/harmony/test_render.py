@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.conversation import (
     Conversation,
@@ -17,6 +21,7 @@ from app.core.conversation import (
 )
 from app.core.errors import InvalidRequest
 from app.core.prompt import Prompt
+from app.formats.harmony import render
 from app.formats.harmony.render import HarmonyOptions, render_harmony
 from app.formats.harmony.vocab import harmony_encoding
 
@@ -112,3 +117,38 @@ def test_history_never_contains_return() -> None:
     text, prompt = _render(msgs)
     assert "<|return|>" not in text and 200002 not in (prompt.token_ids or ())
     assert "<|start|>assistant<|channel|>final<|message|>b<|end|>" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ09 \n\t'/!.,-中，\u00a0é#\ue000"), min_size=1, max_size=80),
+       st.booleans(), st.booleans())
+def test_long_instructions_are_encoded_in_short_calls_to_the_same_ids(text: str, tools: bool,
+                                                                       schema: bool) -> None:
+    """Instructions beyond LONG_INSTRUCTIONS are encoded by encode_text, not by openai-harmony
+    in one call (1 MB: 0.3 s holding the GIL): the same ids (here with the bound at 0)."""
+    conv = Conversation((Message("system", (TextPart(text),)), Message("user", (TextPart("hi"),))),
+                        TOOLS if tools else (), ResponseFormat("out", {"type": "object"}) if schema else None)
+    ids = []
+    for bound in (10**9, 0):
+        render._PREFIXES.clear()
+        saved, render.LONG_INSTRUCTIONS = render.LONG_INSTRUCTIONS, bound
+        try:
+            ids.append(render_harmony(conv, GenerationParams(), OPTS).token_ids)
+        finally:
+            render.LONG_INSTRUCTIONS = saved
+    assert ids[0] == ids[1]
+
+
+def test_a_megabyte_of_instructions_never_reaches_openai_harmony(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "w " * 500_000
+    seen: list[int] = []
+    real = render.developer_message
+
+    def spy(instructions: str, tools: tuple[FunctionTool, ...], *, slot: bool = False) -> Any:
+        seen.append(len(instructions) if not slot else 1)
+        return real(instructions, tools, slot=slot)
+
+    monkeypatch.setattr(render, "developer_message", spy)
+    conv = Conversation((Message("system", (TextPart(text),)), Message("user", (TextPart("hi"),))))
+    ids = render_harmony(conv, GenerationParams(), OPTS).token_ids
+    assert seen == [1] and ids is not None and len(ids) > 500_000
