@@ -17,7 +17,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -120,8 +120,8 @@ def _default_store_path() -> str:
 
 class StoreSettings(_Strict):
     path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
-    # postgresql://user@host/db: responses and conversations there, shared by N replicas
-    # (app/stores/postgres.py); stored chat completions stay in the SQLite file at path
+    # postgresql://user@host/db: everything stored there (responses, conversations, stored chat
+    # completions, keys, usage), shared by N replicas (app/stores/postgres.py)
     url: str | None = Field(default=None, pattern=r"^postgres(ql)?://")
     # A process marks its stored runs in flight alive every heartbeat_seconds; one untouched for
     # lost_after_seconds (its process died) reads back as failed with code run_lost.
@@ -155,11 +155,27 @@ class LimitSettings(_Strict):
     max_connections: int | None = Field(default=None, ge=1)
 
 
+# Every number an operator sets on a key (here, in /admin/keys, in `ocm-gateway keys`) is
+# bounded, so that none is a 500 in a store or a surprise later: integers at most MAX_INT (exact
+# in every JSON reader, the console's JavaScript included; below SQLite's INTEGER and
+# PostgreSQL's BIGINT, 2**63 - 1), floats finite.
+MAX_INT = 2**53 - 1
+MAX_LIMIT = 10**12  # requests or tokens a minute, generations in flight
+MAX_COST = 1e12  # a budget, in the prices' currency
+MAX_PRICE = 1e6  # per million tokens (1 a token)
+MAX_EXPIRES_AT = 253_402_300_799  # 9999-12-31T23:59:59Z: every date library can show it
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_INT)]
+Cost = Annotated[float, Field(gt=0, le=MAX_COST, allow_inf_nan=False)]
+PerMillion = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+Expiry = Annotated[int, Field(ge=0, le=MAX_EXPIRES_AT)]
+
+
 class Price(_Strict):
     """What a model's tokens cost, per million (any currency; the console says "cost")."""
 
-    input: float = Field(default=0.0, ge=0)
-    output: float = Field(default=0.0, ge=0)
+    input: PerMillion = 0.0
+    output: PerMillion = 0.0
 
 
 class KeyBudget(_Strict):
@@ -168,8 +184,8 @@ class KeyBudget(_Strict):
     ``insufficient_quota`` until the period resets."""
 
     period: Literal["day", "month", "total"] = "month"
-    tokens: int | None = Field(default=None, ge=1)
-    cost: float | None = Field(default=None, gt=0)
+    tokens: Tokens | None = None
+    cost: Cost | None = None
 
 
 class ApiKey(_Strict):
@@ -180,12 +196,12 @@ class ApiKey(_Strict):
     name: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     models: list[str] | None = None  # None: every model
-    requests_per_minute: int | None = Field(default=None, ge=1)  # override [limits] for this key
-    tokens_per_minute: int | None = Field(default=None, ge=1)
-    max_concurrent: int | None = Field(default=None, ge=1)
+    requests_per_minute: Limit | None = None  # override [limits] for this key
+    tokens_per_minute: Limit | None = None
+    max_concurrent: Limit | None = None
     budget: KeyBudget | None = None
     prices: dict[str, Price] = {}  # by model name
-    expires_at: int | None = None  # Unix time; refused from then on
+    expires_at: Expiry | None = None  # Unix time; refused from then on
 
 
 class AdminSettings(_Strict):
@@ -226,6 +242,15 @@ class ResponsesSettings(_Strict):
     # process (a warning at startup; tokens do not survive a restart or reach another worker).
     encryption_key: str | None = None
     previous_encryption_keys: list[str] = []  # still open tokens sealed before a key rotation
+    # true: no start without encryption_key (N replicas share one; the scale deployments)
+    encryption_key_required: bool = False
+
+    @model_validator(mode="after")
+    def _key_when_required(self) -> ResponsesSettings:
+        if self.encryption_key_required and not (self.encryption_key or "").strip():
+            raise ValueError("[responses] encryption_key is required here (every replica seals with "
+                             "it): set OCMGW__responses__encryption_key (openssl rand -base64 32)")
+        return self
 
 
 class McpServerConfig(_Strict):
@@ -245,6 +270,9 @@ class McpSettings(_Strict):
     # refused unless this says the operator's names are meant to be internal
     allow_private_names: bool = False
     servers: dict[str, McpServerConfig] = {}
+    # mcp tools one request may offer (a 400 array_above_max_length beyond); tools naming one
+    # server share its session, but each is listed and shown to the model
+    max_tools_per_request: int = Field(default=20, ge=1, le=1000)
 
 
 class WebSearchSettings(_Strict):

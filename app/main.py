@@ -72,7 +72,7 @@ def create_app(config: GatewayConfig | None = None,
         stores = await open_stores(cfg.store.path, cfg.store.url)
         store, conversations = stores.responses, stores.conversations
         app.state.accounts = resolver.store = usage.store = stores.accounts
-        app.state.chat_store = await ChatStore.open(stores.local)  # stored chat completions
+        app.state.chat_store = stores.chat or await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
         search = await open_search(cfg.tools)
         code = cfg.tools.code_interpreter

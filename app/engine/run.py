@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 
 from app.core import events as ev
 from app.core.access import Principal
-from app.core.errors import GatewayError, from_event, to_event
+from app.core.errors import GatewayError, Overloaded, from_event, to_event
 from app.engine.replay import Replay
 
 log = logging.getLogger("ocm_gateway")
@@ -36,7 +36,21 @@ Mode = Literal["stream", "wait", "background"]
 Sink = Callable[[Json | None], None]  # where a streamed run's payloads go (None: its end)
 
 
-END_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6, None)  # seconds before each retry of storing a run's end
+# Storing a run's end is retried for END_WAIT seconds (a database restart, a failover), the
+# pause doubling from 0.1 s up to 2 s.  The terminal event waits for it (see _persist_end).
+END_WAIT = 12.0
+
+
+class EndNotStored(Overloaded):
+    """A stored run's end could not be stored: its client hears this instead of the terminal
+    it would have had (never ``completed`` for a response the store does not have)."""
+
+    code = "store_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("The answer was generated but could not be stored (the store is "
+                         "unavailable), so it is not kept; try again.", retry_after=1.0)
+
 
 class Encoder(Protocol):
     """An API's view of a run: events in, that API's payloads out (framing is the http
@@ -67,7 +81,9 @@ class Streamable(Protocol):
 
 class RunHooks(Protocol):
     """Persistence: ``started`` before the first event is produced (a failure aborts the
-    run), ``ended`` once it reached its terminal (failures are logged, not raised)."""
+    run), ``ended`` once it reached its terminal, before anyone hears that terminal (retried
+    for :data:`END_WAIT` seconds, so it must be idempotent; still failing, the run ends with
+    :class:`EndNotStored` instead)."""
 
     async def started(self, run: Run) -> None: ...
 
@@ -101,6 +117,10 @@ class Run:
         self._cancel_pending = False
         # a background run keeps its payloads for readers that come and go (resumable)
         self.replay: Replay | None = Replay() if mode == "background" else None
+        # A persisted run's terminal payloads, held until its end is stored (read your writes)
+        self.held: list[Json] = []
+        self.ending = False  # its end is being stored (what it says is not the store's yet)
+        self.unstored: EndNotStored | None = None  # its end could not be stored
 
     @property
     def persisted(self) -> bool:
@@ -158,26 +178,46 @@ class Run:
                     self._fail(to_event(self._stopping))
                 else:
                     self._emit(encoder.cancel())
+            if self.hooks is not None:  # still in the registry: heartbeats, shutdown's wait
+                self.ending = True
+                if not await self._persist_end(self.hooks):
+                    self._end_unstored()
+                held, self.held = self.held, []
+                self._deliver(held)
             self._registry.pop(self.id, None)
-            if self.hooks is not None:
-                await self._persist_end(self.hooks)
             if self.replay is not None:
                 self.replay.end()
             self._put(None)
 
-    async def _persist_end(self, hooks: RunHooks) -> None:
-        """Store the run's end, retried for a few seconds: a store that is briefly away (a
-        database restart) still gets it, and the client hears the end only once it is stored
-        (read your writes).  Still failing: logged; the stored run then reads back as lost."""
-        for delay in END_RETRIES:
+    async def _persist_end(self, hooks: RunHooks) -> bool:
+        """Store the run's end, retried for :data:`END_WAIT` seconds: a store that is briefly
+        away (a database restart) still gets it, and the client hears the end only once it is
+        stored (read your writes).  False: it could not be stored."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + END_WAIT, 0.1
+        while True:
             try:
                 await hooks.ended(self)
-                return
+                return True
             except Exception as exc:
-                if delay is None:
-                    log.error("run %s: could not persist its end (%s)", self.id, exc)
-                    return
+                if loop.time() + delay > deadline:
+                    log.error("run %s: could not store its end within %.0f s (%s: %s)", self.id,
+                              END_WAIT, type(exc).__name__, exc)
+                    return False
+                log.warning("run %s: storing its end failed (%s); retrying", self.id,
+                            type(exc).__name__)
                 await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _end_unstored(self) -> None:
+        """The end could not be stored: the held terminal becomes the encoder's account of
+        that (``unstored``: a ``store_unavailable`` failure), and a waiting client gets a 503."""
+        self.unstored = EndNotStored()
+        error = to_event(self.unstored)
+        self.error = error
+        unstored = getattr(self.encoder, "unstored", None)  # (error, held) -> what replaces held
+        if unstored is not None and self.held:
+            self.held = unstored(error, self.held)
 
     def _fail(self, error: ev.Error) -> None:
         if not self.encoder.terminal:
@@ -185,6 +225,12 @@ class Run:
             self._emit(self.encoder.encode(error))
 
     def _emit(self, payloads: list[Json]) -> None:
+        if self.hooks is not None and self.encoder.terminal:  # heard once it is stored
+            self.held.extend(payloads)
+        else:
+            self._deliver(payloads)
+
+    def _deliver(self, payloads: list[Json]) -> None:
         if self.mode == "stream":
             for payload in payloads:
                 self._put(payload)
@@ -208,6 +254,8 @@ class Run:
             if self.mode != "background":
                 self.cancel()
             raise
+        if self.unstored is not None:
+            raise self.unstored
         if self.error is not None:
             raise from_event(self.error)
         return self.encoder.result()
@@ -219,8 +267,9 @@ class Run:
 
     # -- control -----------------------------------------------------------------------
     def cancel(self) -> None:
-        """End the run as cancelled (a no-op once it has ended)."""
-        if self.task is None:
+        """End the run as cancelled (a no-op once it has ended, its end perhaps still being
+        stored: that is never interrupted)."""
+        if self.task is None or self.encoder.terminal:
             return
         if self._started:
             self.task.cancel()

@@ -18,6 +18,7 @@ from app.stores.accounts import AccountStore
 from app.stores.base import ConversationStore, ResponseStore
 from app.stores.postgres import PostgresConversationStore, PostgresResponseStore, open_pool
 from app.stores.postgres_accounts import PostgresAccountStore
+from app.stores.postgres_chat import PostgresChatStore
 from app.stores.sqlite_accounts import SqliteAccountStore
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
@@ -27,14 +28,15 @@ log = logging.getLogger("ocm_gateway")
 
 @dataclass
 class Stores:
-    """The application's stores; ``local`` is the SQLite file's connection (what stays per
-    process: stored chat completions)."""
+    """The application's stores; ``local`` is the SQLite file's connection (stored chat
+    completions when there is no PostgreSQL); ``chat``: their PostgreSQL store, if any."""
 
     responses: ResponseStore
     conversations: ConversationStore
     local: aiosqlite.Connection
     accounts: AccountStore
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    chat: PostgresChatStore | None = None
 
     async def close(self) -> None:
         for close in self._closers:
@@ -42,8 +44,8 @@ class Stores:
 
 
 async def open_stores(path: str, url: str | None = None) -> Stores:
-    """SQLite at ``path`` (the embedded default), or PostgreSQL at ``url`` for the responses
-    and conversations."""
+    """SQLite at ``path`` (the embedded default), or PostgreSQL at ``url`` for everything
+    stored (responses, conversations, stored chat completions, keys and usage)."""
     local = await SqliteResponseStore.open(path)
     if url is None:
         conversations = await SqliteConversationStore.open(path)  # same file, own tables
@@ -53,7 +55,8 @@ async def open_stores(path: str, url: str | None = None) -> Stores:
     pool = await open_pool(url)
     return Stores(traced(PostgresResponseStore(pool), "postgresql"),
                   traced(PostgresConversationStore(pool), "postgresql"), local.connection,
-                  traced(PostgresAccountStore(pool), "postgresql"), [pool.close, local.close])
+                  traced(PostgresAccountStore(pool), "postgresql"), [pool.close, local.close],
+                  traced(PostgresChatStore(pool), "postgresql"))
 
 
 async def retain(stores: Stores, settings: StoreSettings) -> None:

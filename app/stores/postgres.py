@@ -6,8 +6,8 @@ contract: :mod:`app.stores.base`).  Selected by ``[store] url = "postgresql://..
   together apply each step once and the others wait, then see it done.
 * **Tables**: ``responses`` (creation order: an identity column an upsert keeps),
   ``response_events``, ``conversations``, ``conversation_items`` (an identity sequence per
-  row; appends are row inserts).  Objects are stored as orjson bytes (events zlib-compressed),
-  never parsed by the server.
+  row; appends are row inserts), ``chat_completions`` (step 4, :mod:`.postgres_chat`).
+  Objects are stored as orjson bytes (events zlib-compressed), never parsed by the server.
 * **Blobs** (step 3; :mod:`app.stores.blobs`): a put upserts its blobs in digest order (the
   upsert locks each row), a delete locks the blobs of its response in the same order before it
   looks for other references in a new statement; so a put racing a delete either lands first
@@ -97,6 +97,12 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (id, digest)
     );
     CREATE INDEX response_blobs_digest ON response_blobs (owner, digest);
+    """,
+    """
+    CREATE TABLE chat_completions (id TEXT PRIMARY KEY, seq BIGINT GENERATED ALWAYS AS IDENTITY
+        UNIQUE, owner TEXT NOT NULL, model TEXT NOT NULL, created_at BIGINT NOT NULL,
+        completion BYTEA NOT NULL, messages BYTEA NOT NULL, metadata BYTEA NOT NULL);
+    CREATE INDEX chat_completions_owner ON chat_completions (owner, seq);
     """,
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under

@@ -196,7 +196,8 @@ def test_compose_references_exist_and_configs_load() -> None:
     assert {"postgres", "redis", "sandbox"} == set(replicas[0]["depends_on"])
     url = replicas[0]["environment"]["OCMGW__store__url"]
     assert replicas[0]["environment"]["OCMGW_ADMIN_KEY"] == env["OCMGW_ADMIN_KEY"]
-    scale = load_config(ROOT / "docker" / "gateway-scale.toml", env={"OCMGW__store__url": url})
+    scale = load_config(ROOT / "docker" / "gateway-scale.toml",
+                        env={"OCMGW__store__url": url, "OCMGW__responses__encryption_key": "a" * 43})
     assert scale.store.url is not None and httpx.URL(scale.store.url.replace("${OCM_PG_PASSWORD:-change-me}",
                                                                              "x")).host == "postgres"
     assert scale.redis.url == "redis://redis:6379/0" and scale.models.keys() == cfg.models.keys()
@@ -284,3 +285,28 @@ def test_docker_compose_config_validates(version: str) -> None:
         out = subprocess.run([exe, "-f", str(ROOT / "compose.yaml"), "config", "--services"], check=True,
                              cwd=ROOT, timeout=60, env=env, capture_output=True, text=True).stdout
         assert set(out.split()) == {"gateway", "sandbox"}, "`docker compose up` starts these"
+
+
+DOTENV = {"OCM_PG_PASSWORD": "pw", "OCM_ENCRYPTION_KEY": "c2hhcmVkLWJ5LWV2ZXJ5LXJlcGxpY2EtMzItYnl0ZXM="}
+
+
+async def test_the_scale_profile_is_one_service_across_its_replicas(tmp_path: Path) -> None:
+    """The "scale" replicas as deployed: docker/gateway-scale.toml with the environment
+    compose.yaml gives each (values from .env): every replica seals with the one key from the
+    environment (encrypted reasoning sent back to another replica opens; it was a 400), and
+    stored chat completions live in PostgreSQL (another replica reads them; they were per
+    replica in SQLite).  Without OCM_ENCRYPTION_KEY a replica refuses to start."""
+    from tests.support.deployed import check_two_replicas, environment, replica_config
+    from tests.support.postgres import postgres_server
+
+    services = _compose()["services"]
+    configs = [replica_config(ROOT / "docker" / "gateway-scale.toml",
+                              environment(services[f"replica-{n}"], DOTENV)) for n in (1, 2, 3)]
+    assert len({c.responses.encryption_key for c in configs}) == 1
+    assert configs[0].responses.encryption_key == DOTENV["OCM_ENCRYPTION_KEY"]
+    assert all(c.store.url and c.redis.url for c in configs)
+    with pytest.raises(ValueError, match="encryption_key is required"):
+        replica_config(ROOT / "docker" / "gateway-scale.toml",
+                       environment(services["replica-1"], {"OCM_PG_PASSWORD": "pw"}))
+    with postgres_server() as pg:
+        await check_two_replicas(configs[0], configs[1], pg, tmp_path)

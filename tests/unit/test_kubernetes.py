@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import kubernetes_validate
+import pytest
 import yaml
 
 from app.config import GatewayConfig, load_config
@@ -36,7 +37,8 @@ async def test_the_manifests_fit_the_gateway(tmp_path: Path) -> None:
     docs = {d["kind"]: d for d in _documents()}
     toml = docs["ConfigMap"]["data"]["gateway.toml"]
     (tmp_path / "gateway.toml").write_text(toml)
-    cfg = load_config(tmp_path / "gateway.toml", env={"OCMGW__store__url": "postgresql://x@db/ocm"})
+    cfg = load_config(tmp_path / "gateway.toml", env={"OCMGW__store__url": "postgresql://x@db/ocm",
+                                                      "OCMGW__responses__encryption_key": "a" * 43})
     assert isinstance(cfg, GatewayConfig) and cfg.redis.url and cfg.store.url
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -47,3 +49,37 @@ async def test_the_manifests_fit_the_gateway(tmp_path: Path) -> None:
             assert (await c.get(container[probe]["httpGet"]["path"])).status_code in (200, 503)
     assert pod["terminationGracePeriodSeconds"] > tomllib.loads(toml)["shutdown_grace_seconds"]
     assert container["ports"][0]["containerPort"] == cfg.port
+
+
+async def test_the_replicas_share_the_key_and_the_store_from_the_secret(tmp_path: Path) -> None:
+    """Pods as deployed: the ConfigMap's config with the environment the Deployment gives every
+    pod (its values from the Secret): one sealing key for all (encrypted reasoning opens on
+    another pod), stored chat completions in PostgreSQL; a pod without the key refuses to start."""
+    from tests.support.deployed import check_two_replicas, replica_config
+    from tests.support.postgres import postgres_server
+
+    docs = {d["kind"]: d for d in _documents()}
+    (tmp_path / "gateway.toml").write_text(docs["ConfigMap"]["data"]["gateway.toml"])
+    secret = {"postgres-url": "postgresql://x@db/ocm",
+              "encryption-key": "c2hhcmVkLWJ5LWV2ZXJ5LXJlcGxpY2EtMzItYnl0ZXM="}
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    env: dict[str, str] = {}
+    for var in container["env"]:
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            assert ref["name"] == docs["Secret"]["metadata"]["name"]
+            assert ref["key"] in docs["Secret"]["stringData"]
+            env[var["name"]] = secret[ref["key"]]
+        else:
+            env[var["name"]] = var["value"]
+    cfg = replica_config(tmp_path / "gateway.toml", env)
+    assert cfg.responses.encryption_key == secret["encryption-key"] and cfg.store.url
+    with pytest.raises(ValueError, match="encryption_key is required"):
+        replica_config(tmp_path / "gateway.toml",
+                       {k: v for k, v in env.items() if "encryption" not in k})
+    with pytest.raises(ValueError, match="32 bytes"):  # the example Secret's placeholder
+        from app.items.sealing import parse_key
+
+        parse_key(docs["Secret"]["stringData"]["encryption-key"])
+    with postgres_server() as pg:
+        await check_two_replicas(cfg, cfg, pg, tmp_path)

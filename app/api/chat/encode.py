@@ -66,6 +66,11 @@ class ChatEncoder:
         self.terminal = True
         return []
 
+    def unstored(self, error: ev.Error, held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A stored completion's end could not be stored: its error chunk instead of the held
+        end (the finish chunk never sent)."""
+        return [error_body(error.message, error.type, error.code, error.param)] if self._stream else []
+
     def result(self) -> dict[str, Any]:
         return completion_body(self.folded, *self._ids, logprobs=self._logprobs, top=self._top,
                                index=self._index)

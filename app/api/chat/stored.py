@@ -4,7 +4,8 @@ OpenAI's API keeps a chat completion made with ``store: true`` (with its ``metad
 input messages) and serves it at ``GET /v1/chat/completions/{id}``, lists them
 (``GET /v1/chat/completions``, filtered by ``model`` / ``metadata``), their input messages
 (``.../{id}/messages``), updates their ``metadata`` (``POST .../{id}``) and deletes them.
-Here they live in the store's SQLite file (their own table), each row owned by the tenant of
+Here they live in the store's SQLite file (their own table), or in PostgreSQL with ``[store]
+url`` (:mod:`app.stores.postgres_chat`, the same answers), each row owned by the tenant of
 the key that made it: every read, update and delete is scoped to it (others get 404).  A
 completion is written once its run ended without an error (:class:`StoreHooks`); one
 choice per request (``n > 1`` with ``store`` is a 400).

@@ -209,19 +209,20 @@ class ConversationHooks:
         self._tenant = tenant
         self._new = [with_status(item) for item in new_items]
         self._inner = inner
+        self._appended = False
 
     async def started(self, run: Run) -> None:
         if self._inner is not None:
             await self._inner.started(run)
 
     async def ended(self, run: Run) -> None:
-        try:
-            if self._inner is not None:
-                await self._inner.ended(run)
-        finally:
-            resource: Json = run.encoder.result()
-            if resource.get("status") in APPENDED:
-                output = [item for item in resource.get("output", []) if isinstance(item, dict)]
-                if not await self._store.append(self._id, self._tenant, self._new + output):
-                    log.warning("response %s: conversation %s was deleted before it ended",
-                                run.id, self._id)
+        # The response first: retried until both are stored, the items are appended once.
+        if self._inner is not None:
+            await self._inner.ended(run)
+        resource: Json = run.encoder.result()
+        if resource.get("status") in APPENDED and not self._appended:
+            output = [item for item in resource.get("output", []) if isinstance(item, dict)]
+            if not await self._store.append(self._id, self._tenant, self._new + output):
+                log.warning("response %s: conversation %s was deleted before it ended",
+                            run.id, self._id)
+            self._appended = True

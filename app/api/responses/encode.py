@@ -366,6 +366,20 @@ class ResponsesEncoder:
         return [*events, self._event("error", **flat, error=payload),
                 self._event("response.failed", response=self.snapshot())]
 
+    def unstored(self, error: ev.Error, held: list[Json]) -> list[Json]:
+        """The run's end could not be stored: what replaces the ``held`` payloads of its end
+        (never sent): the same, but its terminal event (the last one encoded) becomes
+        ``error`` and ``response.failed`` with that error."""
+        held = held[:-1]
+        self._seq -= 1
+        r = self._resource
+        r["status"], r["completed_at"] = "failed", None
+        r["error"] = {"code": error.code, "message": error.message}
+        payload = error_fields(error.message, error.type, error.code, error.param)
+        flat = {k: v for k, v in payload.items() if k != "type"} if self._dialect.flat_error else {}
+        return [*held, self._event("error", **flat, error=payload),
+                self._event("response.failed", response=self.snapshot())]
+
     def cancel(self) -> list[Json]:
         """The response was cancelled: close what is open, status ``cancelled``."""
         events = self._close("incomplete") + self._hosted.drop()

@@ -19,12 +19,13 @@ from typing import Any
 from app.api.conversations.service import ConversationsService
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
+from app.api.responses.following import StoredEnd, cancel_elsewhere, lost
 from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
 from app.api.responses.tools import expand_hosted
 from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
-from app.core.errors import InvalidRequest, ModelNotFound, NotFound, Overloaded
+from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.engine.count import TokenCount
 from app.engine.engine import Engine, Plan, RunRequest
@@ -103,8 +104,8 @@ class StoreHooks:
         await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
     async def ended(self, run: Run) -> None:
-        if run.replay is not None:  # a background run: its events, for readers after its end
-            await self._store.put_events(run.id, self._tenant, run.replay.events)
+        if run.replay is not None:  # a background run: its events (the held terminal too)
+            await self._store.put_events(run.id, self._tenant, [*run.replay.events, *run.held])
         await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
 
 
@@ -113,7 +114,7 @@ class EndHooks:
 
     def __init__(self, inner: RunHooks | None, on_end: Callable[[int], None]) -> None:
         self._inner = inner
-        self._on_end = on_end
+        self._on_end: Callable[[int], None] | None = on_end
 
     async def started(self, run: Run) -> None:
         if self._inner is not None:
@@ -124,22 +125,15 @@ class EndHooks:
             if self._inner is not None:
                 await self._inner.ended(run)
         finally:
-            usage = _encoder(run).snapshot().get("usage") or {}
-            self._on_end(int(usage.get("total_tokens") or 0))
+            if self._on_end is not None:  # once, however often the end is retried
+                on_end, self._on_end = self._on_end, None
+                usage = _encoder(run).snapshot().get("usage") or {}
+                on_end(int(usage.get("total_tokens") or 0))
 
 
 def _encoder(run: Run) -> ResponsesEncoder:
     assert isinstance(run.encoder, ResponsesEncoder)
     return run.encoder
-
-
-def lost(resource: Json) -> Json:
-    """A run whose process died (kill -9, crash): it ends ``failed``, its open items incomplete."""
-    output = [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
-              for item in resource.get("output", [])]
-    return {**resource, "status": "failed", "output": output, "error": {
-        "code": "run_lost", "message": "The gateway process running this response stopped before "
-                                       "it finished; the response is incomplete."}}
 
 
 class ResponsesService:
@@ -219,8 +213,13 @@ class ResponsesService:
         compaction items opened, files read (in a thread: PDF text is CPU work)."""
         previous = await self._previous(body, who)
         many = isinstance(body.input, list) and len(body.input) > BIG  # dumping them is CPU work
-        new = await asyncio.to_thread(new_input_items, body) if many else new_input_items(body)
-        if has_files(new):
+
+        def inputs() -> tuple[list[Json], bool]:
+            items = new_input_items(body)
+            return items, has_files(items)
+
+        new, files = await asyncio.to_thread(inputs) if many else inputs()
+        if files:
             resolved = await file_jobs.run(lambda: resolve(previous, new, self.sealer, who.tenant))
         elif len(previous) + len(new) > BIG:  # CPU (sealed items, compaction): off the event loop
             resolved = await asyncio.to_thread(resolve, previous, new, self.sealer, who.tenant)
@@ -308,33 +307,15 @@ class ResponsesService:
         self.registry.route(model)
         create = CreateResponseBody.model_construct(**{**dict(body), "model": model})
         resolved = await self._context(create, who)
-        conv = build_conversation(create, resolved.items, labels=resolved.labels)
+        items = resolved.items  # as create: a long input is built off the event loop
+        conv = (await asyncio.to_thread(build_conversation, create, items, labels=resolved.labels)
+                if len(items) > BIG else build_conversation(create, items, labels=resolved.labels))
         offered = tools_of(create, self.runs)  # the hosted tools' functions count too (not MCP's)
         hosted = (*(web.FUNCTIONS if offered.web_search else ()),
                   *(code.FUNCTIONS if offered.code_interpreter else ()))
         conv = replace(conv, tools=(*conv.tools, *hosted))
         return await self.engine.count(RunRequest(model, conv, generation_params(create, self.runs),
                                                   truncate=body.truncation == "auto"))
-
-    async def _cancel_elsewhere(self, response_id: str, who: Principal) -> Json:
-        """The run is another replica's: signal it, then wait (5 s at most) for its owner to
-        store the end.  A published signal reaches only listeners subscribed at that moment (a
-        replica whose Redis connection is being re-made misses it), so it is published again
-        every half second until the end is stored: delivered at least once, and a cancel is
-        idempotent."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5.0
-        signal_at = loop.time()
-        while loop.time() < deadline:
-            if loop.time() >= signal_at:
-                await self.signals.cancel(response_id)
-                signal_at = loop.time() + 0.5
-            await asyncio.sleep(0.05)
-            stored = await self._stored(response_id, who)
-            if stored.resource["status"] not in ("queued", "in_progress"):
-                return stored.resource
-        raise Overloaded(f"The replica running response {response_id!r} did not confirm the cancel; "
-                         "try again.", retry_after=1.0)
 
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:
         """A ``CompactResource`` for the context (:mod:`.compact`): nothing is stored."""
@@ -350,7 +331,7 @@ class ResponsesService:
 
     async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
         run = self._inflight(response_id, who)
-        if run is not None:
+        if run is not None and not run.ending:  # an end being stored is read once it is
             return _encoder(run).snapshot()
         return (await self._stored(response_id, who)).resource
 
@@ -382,7 +363,9 @@ class ResponsesService:
         if events is None:
             running = stored.resource.get("status") in ("queued", "in_progress")
             if run is None and stored.resource.get("background") and running and self.signals.shared:
-                return self.signals.follow(response_id, after)
+                settle = StoredEnd(response_id, who.tenant, self.store,
+                                   lambda: self._stored(response_id, who))
+                return self.signals.follow(response_id, after, settle)
             if run is None and stored.resource.get("background") and running:
                 raise InvalidRequest(f"Response {response_id!r} is running in another gateway "
                                      "process; its events can be streamed from there or after "
@@ -408,7 +391,8 @@ class ResponsesService:
         if run is None:
             stored = await self._stored(response_id, who)
             if stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
-                return await self._cancel_elsewhere(response_id, who)
+                return await cancel_elsewhere(self.signals, response_id,
+                                              lambda: self._stored(response_id, who))
             raise InvalidRequest(f"Response {response_id!r} is not in progress (status "
                                  f"{stored.resource['status']!r}); only in-flight responses can be "
                                  "cancelled.", param="response_id")
