@@ -24,7 +24,6 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.admin.keys import (
-    MAX_EXPIRES_AT,
     KeyCreate,
     KeyFields,
     create_key,
@@ -33,7 +32,7 @@ from app.api.admin.keys import (
     update_key,
     view,
 )
-from app.config import load_config
+from app.config import MAX_EXPIRES_AT, load_config
 from app.core.errors import GatewayError
 from app.stores import open_stores
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api.admin.auth import require_admin
-from app.config import KeyBudget, Price
+from app.config import Cost, Expiry, KeyBudget, Limit, PerMillion, Price, Tokens
 from app.core.errors import NotFound
 from app.core.ids import random_id
 from app.http.keys import KeyResolver
@@ -29,21 +29,6 @@ Json = dict[str, Any]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=100, strip_whitespace=True)]
 Label = Annotated[str, StringConstraints(max_length=200)]
 Meta = Annotated[dict[Annotated[str, StringConstraints(max_length=64)], Label], Field(max_length=16)]
-
-# Every number an operator sets is bounded, so that none is a 500 in a store or a surprise
-# later: integers at most MAX_INT (exact in every JSON reader, the console's JavaScript
-# included; below SQLite's INTEGER and PostgreSQL's BIGINT, 2**63 - 1), floats finite.
-MAX_INT = 2**53 - 1
-MAX_LIMIT = 10**12  # requests or tokens a minute, generations in flight
-MAX_COST = 1e12  # a budget, in the prices' currency
-MAX_PRICE = 1e6  # per million tokens (1 a token)
-MAX_EXPIRES_AT = 253_402_300_799  # 9999-12-31T23:59:59Z: every date library can show it
-Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT)]
-Tokens = Annotated[int, Field(ge=1, le=MAX_INT)]
-Cost = Annotated[float, Field(gt=0, le=MAX_COST, allow_inf_nan=False)]
-PerMillion = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
-Expiry = Annotated[int, Field(ge=0, le=MAX_EXPIRES_AT)]
-
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # false is not 0, "5" is not 5

@@ -47,7 +47,7 @@ def _key(key_id: str, sha: str, **more: Any) -> dict[str, Any]:
 async def test_keys_keep_every_number_the_admin_api_allows_exactly(store: AccountStore) -> None:
     """The bounds of /admin/keys (app/api/admin/keys.py) fit every store: each numeric field at
     its largest and smallest allowed value reads back exactly."""
-    from app.api.admin.keys import MAX_COST, MAX_EXPIRES_AT, MAX_INT, MAX_LIMIT, MAX_PRICE
+    from app.config import MAX_COST, MAX_EXPIRES_AT, MAX_INT, MAX_LIMIT, MAX_PRICE
 
     for i, (limit, tokens, cost, price, expires) in enumerate([
             (MAX_LIMIT, MAX_INT, MAX_COST, MAX_PRICE, MAX_EXPIRES_AT), (1, 1, 5e-324, 0.0, 0),

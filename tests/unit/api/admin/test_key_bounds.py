@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.admin.keys import MAX_COST, MAX_EXPIRES_AT, MAX_INT, MAX_LIMIT, MAX_PRICE
 from app.cli.main import main
+from app.config import MAX_COST, MAX_EXPIRES_AT, MAX_INT, MAX_LIMIT, MAX_PRICE
 from tests.support.gateway import gateway
 from tests.support.wire import Replay
 from tests.unit.api.admin.test_keys import ADMIN_H, admin_config
@@ -123,3 +123,24 @@ def test_cli_takes_every_bound_itself(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["keys", "--config", str(config), "--json", "create", "b", *argv]) == 0
     out = capsys.readouterr().out
     assert str(MAX_INT) in out and '"requests_per_minute":1000000000000' in out
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("budget", {"tokens": 2**70}), ("budget", {"tokens": MAX_INT + 1}), ("budget", {"cost": float("inf")}),
+    ("requests_per_minute", MAX_LIMIT + 1), ("tokens_per_minute", 0), ("max_concurrent", 2**64),
+    ("prices", {"m": {"input": MAX_PRICE * 2}}), ("prices", {"m": {"output": float("nan")}}),
+    ("expires_at", MAX_EXPIRES_AT + 1), ("expires_at", -1)])
+def test_keys_in_the_config_file_have_the_same_bounds(field: str, value: object) -> None:
+    """A key written into the config file is held to the bounds /admin/keys and the CLI keep,
+    at load time (a startup error naming the field), not as a 500 on its first request."""
+    from pydantic import ValidationError
+
+    from app.config import ApiKey
+
+    key: dict[str, object] = {"name": "k", "sha256": "0" * 64, field: value}
+    with pytest.raises(ValidationError) as caught:
+        ApiKey.model_validate(key)
+    assert field in str(caught.value)
+    at_bounds = {"budget": {"tokens": MAX_INT, "cost": MAX_COST}, "requests_per_minute": MAX_LIMIT,
+                 "prices": {"m": {"input": MAX_PRICE, "output": 0.0}}, "expires_at": MAX_EXPIRES_AT}
+    ApiKey.model_validate({"name": "k", "sha256": "0" * 64, **at_bounds})
