@@ -14,20 +14,30 @@ integer hook, so a long digit run inside a string costs nothing more than a seco
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
+import types
+import typing
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
+from annotated_types import MinLen
 from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.core.shed import shed, shed_later
+from app.http.gc_hold import HOLD
+
 INT64 = 2**63
 _LONG_NUMBER = re.compile(rb"\d{19,}")
-BIG_BODY = 1 << 20  # a larger body is parsed in a worker thread, its digit scan in slices this long
+BIG_BODY = 1 << 20  # a larger body is parsed in a worker thread
+SCAN = 1 << 18  # its digit scan in slices this long (~3 ms each: the GIL is given back between)
+CHUNK = 1000  # items of a body's long list validated per call (~2-4 ms: the GIL is given back between)
 
 
 class BodyRejected(HTTPException):
@@ -64,17 +74,23 @@ def parse_json(raw: bytes) -> Any:
 def _has_long_number(raw: bytes) -> bool:
     """Whether ``raw`` has a run of 19 digits, scanned in slices (overlapping by a run's length)
     so that a thread doing it gives the GIL back between them (14 MB take ~150 ms)."""
-    return any(_LONG_NUMBER.search(raw, i, i + BIG_BODY + 19) for i in range(0, len(raw), BIG_BODY))
+    return any(_LONG_NUMBER.search(raw, i, i + SCAN + 19) for i in range(0, len(raw), SCAN))
 
 
 class JSONBodyRequest(Request):
     body_field: Any = None  # the route's one (not embedded) body parameter, a FastAPI ModelField
+    release: Callable[[], None] | None = None  # a large body's hold on full collections
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             raw = await self.body()
-            self._json = (await asyncio.to_thread(_parse_large, raw, self.body_field)
-                          if len(raw) > BIG_BODY else parse_json(raw))
+            if len(raw) > BIG_BODY:
+                # its million objects would start full collections that scan them (gc_hold.py)
+                if self.release is None:
+                    self.release = HOLD.acquire()
+                self._json = await asyncio.to_thread(_parse_large, raw, self.body_field)
+            else:
+                self._json = parse_json(raw)
         return self._json
 
 
@@ -86,13 +102,86 @@ def _parse_large(raw: bytes, field: Any) -> Any:
     value = parse_json(raw)
     if field is None:
         return value
-    checked, errors = field.validate(value, {}, loc=("body",))
-    return value if errors else checked
+    checked, errors = validate_body(field, value)
+    if errors:
+        return value
+    kept = {id(v) for v in (*vars(checked).values(), *(checked.__pydantic_extra__ or {}).values())} \
+        if isinstance(checked, BaseModel) else set()
+    for items in _long_lists(value):  # the model's own lists hold what it needs of them
+        if id(items) not in kept:
+            shed(items)
+    return checked
+
+
+def validate_body(field: Any, value: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``field.validate(value)`` (FastAPI's ``(model, errors)``), a long list (``input``,
+    ``messages``) in pieces of :data:`CHUNK` items: one pydantic-core call over 100,000 items
+    holds the GIL ~45 ms, and the thread switch interval cannot break into it.  The model is
+    validated with the list's first piece, the rest item by item in pieces; a body any of
+    them refuses is validated again in one call, so its errors are exactly FastAPI's."""
+    model = getattr(field.field_info, "annotation", None)
+    split = _long_list(model, value) if isinstance(value, dict) else None
+    if split is not None:
+        name, items = split
+        head, errors = field.validate({**value, name: items[:CHUNK]}, {}, loc=("body",))
+        if not errors:
+            adapter = _item_list(model, name)
+            try:
+                rest = [item for i in range(CHUNK, len(items), CHUNK)
+                        for item in adapter.validate_python(items[i:i + CHUNK], from_attributes=True)]
+            except ValidationError:
+                pass
+            else:
+                return head.model_copy(update={name: [*getattr(head, name), *rest]}), []
+    result: tuple[Any, list[dict[str, Any]]] = field.validate(value, {}, loc=("body",))
+    return result
+
+
+def _long_lists(body: Any) -> list[list[Any]]:
+    """A parsed body's lists of more than :data:`CHUNK` items (its model's, or its own)."""
+    fields = vars(body) if isinstance(body, BaseModel) else body if isinstance(body, dict) else {}
+    return [value for value in fields.values() if isinstance(value, list) and len(value) > CHUNK]
+
+
+def _long_list(model: Any, value: dict[str, Any]) -> tuple[str, list[Any]] | None:
+    """The field of ``value`` holding more than :data:`CHUNK` items that may be validated in
+    pieces: a plain ``list[X]`` (at most a ``min_length`` no larger than a piece) of a body
+    model whose only validator is the top-level null filter (nothing looks across items)."""
+    for name, items in value.items():
+        if isinstance(items, list) and len(items) > CHUNK and _item_type(model, name) is not None:
+            return name, items
+    return None
+
+
+@functools.cache
+def _item_type(model: Any, name: str) -> Any:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or name not in model.model_fields:
+        return None
+    decorators = model.__pydantic_decorators__
+    if set(decorators.model_validators) - {"_drop_nulls"} or decorators.field_validators:
+        return None
+    info = model.model_fields[name]
+    if info.alias not in (None, name) or any(not (isinstance(m, MinLen) and m.min_length <= CHUNK)
+                                              for m in info.metadata):
+        return None
+    annotation = info.annotation
+    arms = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    lists = [arm for arm in arms if typing.get_origin(arm) is list]
+    return typing.get_args(lists[0])[0] if len(lists) == 1 else None
+
+
+@functools.cache
+def _item_list(model: Any, name: str) -> TypeAdapter[list[Any]]:
+    """A validator of the field's items with the model's strictness (a list field of it
+    validates them so)."""
+    item: Any = _item_type(model, name)
+    return TypeAdapter(list[item], config=ConfigDict(strict=bool(model.model_config.get("strict"))))
 
 
 class GatewayRoute(APIRoute):
     """An ``APIRoute`` whose JSON body goes through :func:`parse_json` (a large one in a worker
-    thread, validated there too)."""
+    thread, validated there too, and full collections held until the route has answered)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -103,6 +192,11 @@ class GatewayRoute(APIRoute):
         async def route(request: Request) -> Response:
             wrapped = JSONBodyRequest(request.scope, request.receive)
             wrapped.body_field = field
-            return await handler(wrapped)
+            try:
+                return await handler(wrapped)
+            finally:  # the answer is made (a stream's run planned): full collections again
+                if wrapped.release is not None:
+                    wrapped.release()
+                    shed_later(*_long_lists(getattr(wrapped, "_json", None)))  # not all at once here
 
         return route

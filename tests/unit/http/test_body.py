@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.http.body import BIG_BODY, BodyRejected, _has_long_number, parse_json
+from app.http.body import BIG_BODY, SCAN, BodyRejected, _has_long_number, parse_json
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, gateway
 
 JSON = {"content-type": "application/json"}
 
 
-@pytest.mark.parametrize("at", [0, BIG_BODY - 19, BIG_BODY - 10, BIG_BODY - 1, BIG_BODY, 2 * BIG_BODY + 5])
+@pytest.mark.parametrize("at", [0, SCAN - 19, SCAN - 10, SCAN - 1, SCAN, 2 * SCAN + 5])
 def test_a_long_number_is_found_across_the_slices(at: int) -> None:
-    raw = bytearray(b" " * (3 * BIG_BODY))
+    raw = bytearray(b" " * (3 * SCAN))
     raw[at:at + 19] = b"1" * 19
     assert _has_long_number(bytes(raw))
     raw[at + 18:at + 19] = b" "
