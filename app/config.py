@@ -134,6 +134,12 @@ class StoreSettings(_Strict):
     cleanup_seconds: float = Field(default=3600.0, gt=0)
 
 
+class FilesSettings(_Strict):
+    # /v1/files: the largest upload (OpenAI's 512 MB), refused while it streams in
+    max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    sweep_seconds: float = Field(default=60.0, gt=0)  # how often expired files are deleted
+
+
 class LimitSettings(_Strict):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
@@ -336,6 +342,7 @@ class GatewayConfig(_Strict):
     port: int = 8000
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
+    files: FilesSettings = FilesSettings()
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()

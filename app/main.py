@@ -24,6 +24,8 @@ from app.api.chat import stored_routes as chat_stored_routes
 from app.api.chat.stored import ChatStore
 from app.api.completions import routes as completions_routes
 from app.api.conversations import routes as conversations_routes
+from app.api.files import routes as files_routes
+from app.api.files.service import FilesService
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
@@ -39,10 +41,11 @@ from app.http.auth import AuthMiddleware
 from app.http.counters import RedisCounters
 from app.http.keys import KeyResolver
 from app.http.limits import LimitsMiddleware
+from app.http.multipart import OVERHEAD as UPLOAD_OVERHEAD
 from app.http.observe import RECENT_ERRORS, ObserveMiddleware
 from app.http.usage import Budgets, UsageRecorder
 from app.metrics import Metrics
-from app.stores import open_stores, retain
+from app.stores import open_stores, retain, sweep_files
 from app.tools.code import Sandbox
 from app.tools.search_index import OfflineIndex, open_search
 from app.tools.search_searxng import SearxngSearch
@@ -74,6 +77,8 @@ def create_app(config: GatewayConfig | None = None,
         app.state.accounts = resolver.store = usage.store = stores.accounts
         app.state.chat_store = stores.chat or await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
+        assert stores.files is not None
+        app.state.files = FilesService(stores.files, cfg.files.max_bytes)
         search = await open_search(cfg.tools)
         code = cfg.tools.code_interpreter
         sandbox = (Sandbox(code.url.rstrip("/"), httpx.AsyncClient(
@@ -93,8 +98,10 @@ def create_app(config: GatewayConfig | None = None,
         if signals is not None:  # background runs' events, for readers on other replicas
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
+        app.state.responses.files = app.state.conversations.files = stores.files
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         retention = asyncio.get_running_loop().create_task(retain(stores, cfg.store))
+        file_sweep = asyncio.get_running_loop().create_task(sweep_files(stores, cfg.files.sweep_seconds))
         flusher = asyncio.get_running_loop().create_task(usage.run()) if cfg.usage.enabled else None
         # What imports and start-up made (~143,000 objects: modules, pydantic schemas) lives as
         # long as the process. Out of the collector's sight, a full collection scans only what
@@ -107,6 +114,7 @@ def create_app(config: GatewayConfig | None = None,
             gc.unfreeze()
             heartbeat.cancel()
             retention.cancel()
+            file_sweep.cancel()
             if flusher is not None:
                 flusher.cancel()
             if listener is not None:
@@ -130,7 +138,8 @@ def create_app(config: GatewayConfig | None = None,
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
-               conversations_routes.router, chat_stored_routes.router, admin_keys.router, admin_ops.router]
+               conversations_routes.router, chat_stored_routes.router, files_routes.router,
+               admin_keys.router, admin_ops.router]
     if cfg.admin.console:
         routers.append(console.router)
     errors.install(app, routers)
@@ -151,7 +160,8 @@ def create_app(config: GatewayConfig | None = None,
     app.state.usage, app.state.key_resolver = usage, resolver
     app.state.recent_errors = collections.deque(maxlen=RECENT_ERRORS)
     app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission, counters=counters,
-                       budgets=Budgets(usage, cfg.usage.budget_refresh_seconds))  # inside auth
+                       budgets=Budgets(usage, cfg.usage.budget_refresh_seconds),  # inside auth
+                       streamed={"/v1/files": cfg.files.max_bytes + UPLOAD_OVERHEAD})
     if cfg.auth.keys or cfg.admin.key_sha256:  # with an admin key, keys can be made at any time
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys, resolver=resolver)
     if cfg.http.cors_origins:  # outside auth: a browser's preflight carries no API key

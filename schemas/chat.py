@@ -34,7 +34,19 @@ class ImageContentPart(_Wire):
     image_url: ImageURL
 
 
-UserContentPart = Annotated[TextContentPart | ImageContentPart, Field(discriminator="type")]
+class FileRef(_Wire):
+    file_id: str | None = None  # a file of the Files API (/v1/files)
+    file_data: str | None = None  # base64, or a data: URL
+    filename: str | None = None
+
+
+class FileContentPart(_Wire):
+    type: Literal["file"]
+    file: FileRef
+
+
+UserContentPart = Annotated[TextContentPart | ImageContentPart | FileContentPart,
+                            Field(discriminator="type")]
 
 
 class SystemMessage(_Wire):

@@ -7,7 +7,8 @@ routes.  A ``background`` response holds its concurrency slot, and its tokens ar
 until its run ends, not when its request returns (:class:`Lease`).
 Over a per-minute budget → 429 with ``Retry-After`` and ``retry-after-ms``;
 a body over ``max_body_bytes`` → 413 (checked on ``content-length`` and while reading; the
-body is read here, once, and replayed to the app).
+body is read here, once, and replayed to the app); uploads (``streamed``: ``POST /v1/files``)
+are checked on ``content-length`` against their own cap and left to their route to read.
 Token usage is charged when a request finishes (from the pipeline's request stats).
 A key with a budget (:class:`~app.http.usage.Budgets`) that has spent it gets a 429
 ``insufficient_quota`` on the generation routes until its period resets.
@@ -43,9 +44,13 @@ WINDOW = 60.0
 
 class LimitsMiddleware:
     def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None,
-                 counters: Counters | None = None, budgets: Budgets | None = None) -> None:
+                 counters: Counters | None = None, budgets: Budgets | None = None,
+                 streamed: dict[str, int] | None = None) -> None:
         self.app = app
         self.settings = settings
+        # POST paths whose route reads its own body as it streams (uploads), with their cap
+        # on content-length: never buffered here (app/http/multipart.py bounds them as they arrive)
+        self.streamed = streamed or {}
         self.admission = admission
         self.budgets = budgets
         self.counters: Counters = counters if counters is not None else LocalCounters()
@@ -111,7 +116,8 @@ class LimitsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.settings.max_body_bytes
+        streamed = self.streamed.get(scope["path"]) if scope.get("method") == "POST" else None
+        limit = self.settings.max_body_bytes if streamed is None else streamed
         length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
         if length is not None and length.isdigit() and int(length) > limit:
             await self._reject(scope, receive, send, 413, f"Request body over {limit} bytes.",
@@ -124,7 +130,7 @@ class LimitsMiddleware:
             except Overloaded as exc:
                 await error_response(exc)(scope, receive, send)
                 return
-        if scope.get("method") in ("POST", "PUT", "PATCH"):
+        if scope.get("method") in ("POST", "PUT", "PATCH") and streamed is None:
             try:
                 async with asyncio.timeout(self.settings.body_timeout):  # cheaper than anyio's
                     body = await _read_body(receive, limit)

@@ -57,6 +57,16 @@ _LIST: Json = {"type": "object", "required": ["object", "data", "first_id", "las
                "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _RESPONSE},
                               "first_id": {"type": ["string", "null"]},
                               "last_id": {"type": ["string", "null"]}, "has_more": {"type": "boolean"}}}
+_FILE: Json = {"type": "object", "required": ["id", "object", "bytes", "created_at", "filename",
+                                            "purpose", "status"],
+               "properties": {"id": {"type": "string"}, "object": {"const": "file"},
+                              "bytes": {"type": "integer"}, "created_at": {"type": "integer"},
+                              "expires_at": {"type": ["integer", "null"]}, "filename": {"type": "string"},
+                              "purpose": {"type": "string"}, "status": {"const": "processed"}}}
+_FILE_LIST: Json = {**_LIST, "properties": {**_LIST["properties"], "data": {"type": "array", "items": _FILE}}}
+_FILE_DELETED: Json = {"type": "object", "required": ["id", "object", "deleted"],
+                       "properties": {"id": {"type": "string"}, "object": {"const": "file"},
+                                      "deleted": {"const": True}}}
 _SSE: Json = {"text/event-stream": {"schema": {"type": "string", "description": (
     "Server-sent events, one JSON payload per `data:` line, ending with `data: [DONE]` (see README).")}}}
 _OK: dict[tuple[str, str], Json] = {
@@ -68,6 +78,13 @@ _OK: dict[tuple[str, str], Json] = {
     ("/v1/responses/{response_id}", "get"): {"application/json": {"schema": _RESPONSE}},
     ("/v1/responses/{response_id}/cancel", "post"): {"application/json": {"schema": _RESPONSE}},
     ("/metrics", "get"): {"text/plain": {"schema": {"type": "string"}}},
+    ("/v1/files", "post"): {"application/json": {"schema": _FILE}},
+    ("/v1/files", "get"): {"application/json": {"schema": _FILE_LIST}},
+    ("/v1/files/{file_id}", "get"): {"application/json": {"schema": _FILE}},
+    ("/v1/files/{file_id}", "delete"): {"application/json": {"schema": _FILE_DELETED}},
+    ("/v1/files/{file_id}/content", "get"): {"*/*": {
+        "schema": {"type": "string", "format": "binary",
+                   "description": "The file's bytes, with the media type it was uploaded with."}}},
 }
 _ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key (the admin key on /admin)",
            "404": "Unknown model, response or URL (on /admin: the admin API is off)",

@@ -2,10 +2,10 @@
 
 The gateway extracts the text itself (plain text, Markdown, CSV, JSON as UTF-8; PDF with
 pypdf) and gives it to the model as an ``input_text`` part framed with the file's name, so
-a file works on every backend, chat templates and Harmony alike.  Only ``file_data`` is
-taken (base64, or a ``data:MEDIA;base64,`` URL as the OpenAI SDK sends it):
+a file works on every backend, chat templates and Harmony alike.  ``file_data`` is taken
+(base64, or a ``data:MEDIA;base64,`` URL as the OpenAI SDK sends it); a ``file_id`` of the
+Files API has been turned into ``file_data`` before this point (:mod:`.file_ids`).  Not taken:
 
-* ``file_id``: this gateway has no Files API;
 * ``file_url``: fetching it would let any request make the gateway call any address
   (cloud metadata endpoints, the internal network), and there is no operator allow-list;
 
@@ -116,8 +116,7 @@ def _pdf(data: bytes, param: str) -> tuple[str, int]:
 def extract(part: dict[str, Any], param: str) -> str:
     """The text the model reads for one ``input_file`` part (wire form); ``param`` names it."""
     if part.get("file_id"):
-        raise InvalidRequest("input_file file_id is not supported: this gateway has no Files API; "
-                             "send the file's content as file_data (base64).",
+        raise InvalidRequest("input_file file_id was not read (app/items/file_ids.py runs first).",
                              param=f"{param}.file_id", code=CODE)
     if part.get("file_url"):
         raise InvalidRequest("input_file file_url is not supported: the gateway does not fetch "

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
@@ -22,6 +23,9 @@ from app.stores.postgres_chat import PostgresChatStore
 from app.stores.sqlite_accounts import SqliteAccountStore
 from app.stores.sqlite_conversations import SqliteConversationStore
 from app.stores.sqlite_responses import SqliteResponseStore
+
+if TYPE_CHECKING:
+    from app.knowledge.files import FileStore
 
 log = logging.getLogger("ocm_gateway")
 
@@ -37,6 +41,7 @@ class Stores:
     accounts: AccountStore
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     chat: PostgresChatStore | None = None
+    files: FileStore | None = None  # /v1/files (app/knowledge): beside the other tables
 
     async def close(self) -> None:
         for close in self._closers:
@@ -45,18 +50,39 @@ class Stores:
 
 async def open_stores(path: str, url: str | None = None) -> Stores:
     """SQLite at ``path`` (the embedded default), or PostgreSQL at ``url`` for everything
-    stored (responses, conversations, stored chat completions, keys and usage)."""
+    stored (responses, conversations, stored chat completions, keys, usage and files)."""
+    from app.knowledge.local_files import LocalFileStore, files_dir  # knowledge imports stores
+    from app.knowledge.postgres_files import PostgresFileStore
+
     local = await SqliteResponseStore.open(path)
     if url is None:
         conversations = await SqliteConversationStore.open(path)  # same file, own tables
         accounts = await SqliteAccountStore.open(local.connection)
+        files = await LocalFileStore.create(local.connection, files_dir(path))
         return Stores(traced(local, "sqlite"), traced(conversations, "sqlite"), local.connection,
-                      traced(accounts, "sqlite"), [local.close, conversations.close])
+                      traced(accounts, "sqlite"), [local.close, conversations.close, files.close],
+                      files=traced(files, "sqlite"))
     pool = await open_pool(url)
     return Stores(traced(PostgresResponseStore(pool), "postgresql"),
                   traced(PostgresConversationStore(pool), "postgresql"), local.connection,
                   traced(PostgresAccountStore(pool), "postgresql"), [pool.close, local.close],
-                  traced(PostgresChatStore(pool), "postgresql"))
+                  traced(PostgresChatStore(pool), "postgresql"),
+                  traced(PostgresFileStore(pool), "postgresql"))
+
+
+async def sweep_files(stores: Stores, every: float) -> None:
+    """Run for the life of the process: every ``every`` seconds, delete the files whose
+    ``expires_after`` has passed (``[files] sweep_seconds``)."""
+    if stores.files is None:
+        return
+    while True:
+        try:
+            gone = await stores.files.sweep(int(time.time()))
+            if gone:
+                log.info("retention: %d expired files deleted", gone)
+        except Exception as exc:  # the store is down: next round
+            log.warning("retention (files): %s", exc)
+        await asyncio.sleep(every)
 
 
 async def retain(stores: Stores, settings: StoreSettings) -> None:

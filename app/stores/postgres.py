@@ -6,7 +6,8 @@ contract: :mod:`app.stores.base`).  Selected by ``[store] url = "postgresql://..
   together apply each step once and the others wait, then see it done.
 * **Tables**: ``responses`` (creation order: an identity column an upsert keeps),
   ``response_events``, ``conversations``, ``conversation_items`` (an identity sequence per
-  row; appends are row inserts), ``chat_completions`` (step 4, :mod:`.postgres_chat`).
+  row; appends are row inserts), ``chat_completions`` (step 4, :mod:`.postgres_chat`),
+  ``files`` + ``file_chunks`` (step 5, :mod:`app.knowledge.postgres_files`).
   Objects are stored as orjson bytes (events zlib-compressed), never parsed by the server.
 * **Blobs** (step 3; :mod:`app.stores.blobs`): a put upserts its blobs in digest order (the
   upsert locks each row), a delete locks the blobs of its response in the same order before it
@@ -104,6 +105,13 @@ MIGRATIONS: tuple[str, ...] = (
         completion BYTEA NOT NULL, messages BYTEA NOT NULL, metadata BYTEA NOT NULL);
     CREATE INDEX chat_completions_owner ON chat_completions (owner, seq);
     """,
+    """CREATE TABLE files (id TEXT PRIMARY KEY, seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        owner TEXT NOT NULL, created_at BIGINT NOT NULL, expires_at BIGINT, bytes BIGINT NOT NULL,
+        filename TEXT NOT NULL, purpose TEXT NOT NULL, content_type TEXT NOT NULL);
+    CREATE INDEX files_owner ON files (owner, seq); CREATE INDEX files_expiry ON files (expires_at);
+    CREATE TABLE file_chunks (file_id TEXT NOT NULL, n INT NOT NULL, data BYTEA NOT NULL,
+        PRIMARY KEY (file_id, n)); ALTER TABLE file_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+    """,  # step 5: /v1/files (app/knowledge/postgres_files.py)
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 

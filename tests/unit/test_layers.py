@@ -12,12 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # layer → the layers it must never import (run-time imports)
 FORBIDDEN = {
-    "core": {"formats", "adapters", "engine", "tools", "items", "stores", "http", "api", "cli", "main"},
+    "core": {"formats", "adapters", "engine", "tools", "items", "stores", "knowledge", "http", "api",
+             "cli", "main"},
     "formats": {"engine", "tools", "stores", "http", "api", "cli", "main"},
     "adapters": {"engine", "tools", "stores", "http", "api", "cli", "main"},
     "tools": {"engine", "http", "api", "cli", "main"},
     "items": {"engine", "http", "api", "cli", "main"},
     "stores": {"engine", "http", "api", "cli", "main"},
+    "knowledge": {"engine", "http", "api", "cli", "main"},
     "engine": {"http", "api", "cli", "main"},
     "metrics": {"engine", "http", "api", "cli", "main"},
     "http": {"api", "cli", "main"},

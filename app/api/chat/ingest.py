@@ -50,6 +50,8 @@ def _parts(content: str | list[wire.TextContentPart] | list[wire.UserContentPart
     for j, part in enumerate(content):
         if isinstance(part, wire.TextContentPart):
             parts.append(TextPart(part.text))
+        elif isinstance(part, wire.FileContentPart):  # pragma: no cover - read before ingest (files.py)
+            raise InvalidRequest("file parts are read before ingest.", param=f"{where}.content[{j}]")
         else:  # a data: URL of a real image, or a 400 naming the part (app.core.media)
             image = check_image_url(part.image_url.url, f"{where}.content[{j}]")
             parts.append(ImagePart(image.url, part.image_url.detail))

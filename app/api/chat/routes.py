@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.chat.encode import ChatEncoder, merge_choices, sum_usage, usage_dict
+from app.api.chat.files import read_files
 from app.api.chat.ingest import ChatIngest, ingest_chat
 from app.api.chat.stored import StoreHooks
 from app.core.errors import InvalidRequest
@@ -41,6 +42,7 @@ def check_n(engine: Engine, n: int) -> None:
 async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: bool = False) -> Response:
     """The chat completion flow; ``jsonlines`` streams JSON lines instead of SSE (SageMaker)."""
     engine: Engine = request.app.state.engine
+    await read_files(body, request)  # file parts -> text parts (app/api/chat/files.py)
     ingest = ingest_chat(body)
     check_n(engine, ingest.params.n)
     check_model(request, ingest.model)

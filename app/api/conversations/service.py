@@ -25,9 +25,11 @@ from app.core.ids import random_id
 from app.core.media import check_image_url
 from app.engine.run import Run, RunHooks
 from app.items import file_jobs
+from app.items.file_ids import inline_file_ids
 from app.items.messages import stored_items
 from app.items.resolve import INCLUDE, has_files, resolve, seal_reasoning
 from app.items.sealing import Sealer
+from app.knowledge.files import FileStore
 from app.stores.base import ConversationStore
 from schemas.conversations import AddItemsBody, CreateConversationBody, UpdateConversationBody
 
@@ -89,12 +91,14 @@ def _check_images(item: Json, at: str) -> None:
             if isinstance(part, dict) and part.get("type") == "input_image":
                 where = f"{at}.{key}[{j}]"
                 if not part.get("image_url"):
-                    raise InvalidRequest("input_image needs image_url (file_id is not supported).",
+                    raise InvalidRequest("input_image needs image_url or file_id.",
                                          param=where)
                 check_image_url(str(part["image_url"]), where)
 
 
 class ConversationsService:
+    files: FileStore | None = None  # the Files API's store: file_id inputs (app/items/file_ids.py)
+
     def __init__(self, store: ConversationStore, sealer: Sealer) -> None:
         self.store = store
         self.sealer = sealer
@@ -102,7 +106,7 @@ class ConversationsService:
     # -- items in and out ------------------------------------------------------------
     async def _incoming(self, items: list[Any], who: Principal) -> list[Json]:
         """Request items (``items[i]``) as stored: ids, resolved files / reasoning / compaction."""
-        new = stored_items(items, "items")
+        new = await inline_file_ids(stored_items(items, "items"), self.files, who.tenant, "items")
         try:
             if has_files(new):
                 resolved = await file_jobs.run(lambda: resolve([], new, self.sealer, who.tenant))

@@ -27,6 +27,7 @@ from app.core.access import ANONYMOUS, Principal
 from app.core.conversation import ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
+from app.core.shed import shed_later
 from app.engine.count import TokenCount
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
@@ -34,9 +35,11 @@ from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
 from app.engine.signals import LocalSignals, RemoteReader, Signals
 from app.items import compact, file_jobs
+from app.items.file_ids import inline_file_ids
 from app.items.messages import new_input_items
 from app.items.resolve import INCLUDE, Resolved, has_files, resolve, seal_reasoning
 from app.items.sealing import Sealer
+from app.knowledge.files import FileStore
 from app.stores.base import ConversationStore, ResponseStore, StoredResponse
 from app.tools import code, web
 from app.tools.code import Sandbox
@@ -140,6 +143,8 @@ class ResponsesService:
     """Open Responses on the run engine: context from ``previous_response_id``, the
     resource, storage, and the in-flight runs of this API (retrieve, cancel)."""
 
+    files: FileStore | None = None  # the Files API's store: file_id inputs (app/items/file_ids.py)
+
     def __init__(self, engine: Engine, store: ResponseStore,
                  conversations: ConversationStore | None = None,
                  search: SearchProvider | None = None, sandbox: Sandbox | None = None,
@@ -219,6 +224,7 @@ class ResponsesService:
             return items, has_files(items)
 
         new, files = await asyncio.to_thread(inputs) if many else inputs()
+        new = await inline_file_ids(new, self.files, who.tenant)  # file_id parts: the stored bytes
         if files:
             resolved = await file_jobs.run(lambda: resolve(previous, new, self.sealer, who.tenant))
         elif len(previous) + len(new) > BIG:  # CPU (sealed items, compaction): off the event loop
@@ -293,8 +299,12 @@ class ResponsesService:
         request = RunRequest(body.model, conv, params, truncate=body.truncation == "auto",
                              toolbox=hosted.toolbox if hosted is not None else None, limits=limits,
                              approved=hosted.approved if hosted is not None else ())
-        return await self.engine.start(request, encoder, run_id=response_id, mode=mode, owner=who,
-                                       hooks=hooks)
+        try:
+            return await self.engine.start(request, encoder, run_id=response_id, mode=mode, owner=who,
+                                           hooks=hooks)
+        finally:
+            if len(context) > BIG:  # what the run does not keep: freed in pieces (app/core/shed.py)
+                shed_later(context, conv.messages)
 
     async def count(self, body: InputTokensBody, who: Principal = ANONYMOUS) -> TokenCount:
         """The input tokens a create with these fields would send (:mod:`.count`)."""
@@ -314,8 +324,12 @@ class ResponsesService:
         hosted = (*(web.FUNCTIONS if offered.web_search else ()),
                   *(code.FUNCTIONS if offered.code_interpreter else ()))
         conv = replace(conv, tools=(*conv.tools, *hosted))
-        return await self.engine.count(RunRequest(model, conv, generation_params(create, self.runs),
-                                                  truncate=body.truncation == "auto"))
+        try:
+            return await self.engine.count(RunRequest(model, conv, generation_params(create, self.runs),
+                                                      truncate=body.truncation == "auto"))
+        finally:
+            if len(items) > BIG:  # freed in pieces, not all at once on the event loop (app/core/shed.py)
+                shed_later(items, conv.messages)
 
     async def compact(self, body: CompactBody, who: Principal = ANONYMOUS) -> Json:
         """A ``CompactResource`` for the context (:mod:`.compact`): nothing is stored."""

@@ -70,7 +70,7 @@ def test_a_pdf_without_cross_reference_table_is_read_as_viewers_read_it(trailer:
 
 
 @pytest.mark.parametrize(("part", "param", "message"), [
-    ({"file_id": "file-123"}, P + ".file_id", "no Files API"),
+    ({"file_id": "file-123"}, P + ".file_id", "was not read"),  # app/items/file_ids.py reads it first
     ({"file_url": "http://169.254.169.254/latest/meta-data/"}, P + ".file_url", "does not fetch"),
     ({}, P + ".file_data", "needs file_data"),
     ({"file_data": "data:text/plain,hello"}, P + ".file_data", "must be base64"),

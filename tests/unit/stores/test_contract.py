@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from app.stores.base import ConversationStore, ResponseStore
-from app.stores.postgres import PostgresResponseStore, migrate, open_pool
+from app.stores.postgres import MIGRATIONS, PostgresResponseStore, migrate, open_pool
 from tests.unit.stores.conftest import fresh
 
 Json = dict[str, Any]
@@ -123,9 +123,10 @@ async def test_postgres_migrations_are_safe_to_run_concurrently(postgres: str) -
     url = postgres.rsplit("/", 1)[0] + f"/{name}"
     pools = await asyncio.gather(*(open_pool(url, max_size=2) for _ in range(4)))
     try:
-        assert await asyncio.gather(*(migrate(p) for p in pools)) == [4, 4, 4, 4]
+        steps = len(MIGRATIONS)
+        assert await asyncio.gather(*(migrate(p) for p in pools)) == [steps] * 4
         rows = await pools[0].fetch("SELECT version FROM ocm_schema ORDER BY version")
-        assert [r[0] for r in rows] == [1, 2, 3, 4]
+        assert [r[0] for r in rows] == list(range(1, steps + 1))
     finally:
         await asyncio.gather(*(p.close() for p in pools))
 
@@ -133,8 +134,7 @@ async def test_postgres_migrations_are_safe_to_run_concurrently(postgres: str) -
 async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str) -> None:
     """A database made by an older release (step 1 only, with data written as that release
     wrote it) gets step 2 (keys and usage), step 3 (blobs) and step 4 (stored chat
-    completions) at the next start, its data untouched and readable."""
-    from app.stores.postgres import MIGRATIONS
+    completions), step 5 (files) at the next start, its data untouched and readable."""
 
     name = f"u{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(postgres)
@@ -153,7 +153,7 @@ async def test_postgres_a_database_of_an_older_version_is_upgraded(postgres: str
     pool = await open_pool(url, max_size=2)
     try:
         versions = await pool.fetch("SELECT version FROM ocm_schema ORDER BY version")
-        assert [r[0] for r in versions] == [1, 2, 3, 4]
+        assert [r[0] for r in versions] == list(range(1, len(MIGRATIONS) + 1))
         got = await PostgresResponseStore(pool).get("r-old", "alice")
         assert got is not None and got.input_items == [big]
         assert await pool.fetchval("SELECT count(*) FROM api_keys") == 0

@@ -1,0 +1,1 @@
+"""OpenAI's Files API (``/v1/files``): uploads streamed into a :class:`~app.knowledge.files.FileStore`."""
