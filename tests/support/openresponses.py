@@ -63,10 +63,13 @@ def _event_schemas() -> dict[str, str]:
     return out
 
 
+# (with OpenAI's custom and namespace tools and the custom tool calls, which the document
+# does not define either)
 HOSTED_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response",
-                "web_search_call", "code_interpreter_call")
-HOSTED_TOOLS = ("mcp", "web_search", "web_search_preview", "code_interpreter")
-HOSTED_EVENTS = ("response.mcp_", "response.web_search_call.", "response.code_interpreter_call")
+                "web_search_call", "code_interpreter_call", "custom_tool_call")
+HOSTED_TOOLS = ("mcp", "web_search", "web_search_preview", "code_interpreter", "custom", "namespace")
+HOSTED_EVENTS = ("response.mcp_", "response.web_search_call.", "response.code_interpreter_call",
+                 "response.custom_tool_call_input.")
 _OPENAI_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 _OPENAI_TOOL: TypeAdapter[Any] = TypeAdapter(Tool)
 _OPENAI_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
