@@ -26,6 +26,7 @@ from app.api.completions import routes as completions_routes
 from app.api.conversations import routes as conversations_routes
 from app.api.files import routes as files_routes
 from app.api.files.service import FilesService
+from app.api.messages import routes as messages_routes
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
@@ -37,6 +38,7 @@ from app.engine.registry import Registry
 from app.engine.signals import RedisSignals
 from app.formats.harmony.vocab import harmony_encoding
 from app.http import errors, openapi, routes_meta
+from app.http.anthropic import AnthropicErrors
 from app.http.auth import AuthMiddleware
 from app.http.counters import RedisCounters
 from app.http.keys import KeyResolver
@@ -139,7 +141,7 @@ def create_app(config: GatewayConfig | None = None,
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
                conversations_routes.router, chat_stored_routes.router, files_routes.router,
-               admin_keys.router, admin_ops.router]
+               admin_keys.router, admin_ops.router, messages_routes.router]
     if cfg.admin.console:
         routers.append(console.router)
     errors.install(app, routers)
@@ -171,6 +173,7 @@ def create_app(config: GatewayConfig | None = None,
                            allow_headers=["authorization", "content-type", "x-request-id",
                                           "openai-beta", "openai-organization", "openai-project"],
                            expose_headers=["x-request-id", "retry-after", "retry-after-ms"])
+    app.add_middleware(AnthropicErrors)  # inside observe (the request id), outside auth and limits
     app.state.metrics = Metrics()
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics,  # outermost: sees 401s too
                        usage=usage if cfg.usage.enabled else None, errors=app.state.recent_errors)

@@ -177,3 +177,24 @@ def from_event(error: ev.Error) -> GatewayError:
     if cls is not None:
         exc.retryable = cls.retryable
     return exc
+
+
+# Anthropic's error types by the gateway's status, and the status Anthropic gives each (its
+# overloaded_error is a 529; every other 5xx is its api_error, a 500).
+_ANTHROPIC = {400: ("invalid_request_error", 400), 401: ("authentication_error", 401),
+              403: ("permission_error", 403), 404: ("not_found_error", 404),
+              413: ("request_too_large", 413), 429: ("rate_limit_error", 429),
+              503: ("overloaded_error", 529)}
+
+
+def anthropic_error(status: int, message: str) -> tuple[int, dict[str, Any]]:
+    """The one mapping to Anthropic's envelope: (its status, ``{"type": "error", "error":
+    {"type", "message"}}``) for an error the gateway answers with ``status``."""
+    type_, out = _ANTHROPIC.get(status, ("api_error", 500) if status >= 500 else
+                                ("invalid_request_error", status))
+    return out, {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def anthropic_event(error: ev.Error) -> dict[str, Any]:
+    """A stream's terminal error as Anthropic's ``error`` event."""
+    return anthropic_error(from_event(error).status, error.message)[1]

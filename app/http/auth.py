@@ -1,6 +1,6 @@
 """API-key authentication as pure ASGI middleware (no BaseHTTPMiddleware).
 
-Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` is
+Keys are configured as SHA-256 digests; a request's ``Authorization: Bearer KEY`` (or ``x-api-key``) is
 hashed and compared in constant time; a digest that is no config-file key is looked up among
 the keys made through the admin API (:mod:`app.http.keys`, cached a few seconds).  An expired
 key gets its own 401.  ``/admin`` and ``/console`` are not checked here: they take the admin
@@ -32,15 +32,20 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/ping", "/docs", "/ope
 ADMIN_PREFIXES = ("/admin/", "/console")
 
 
-def bearer_digest(scope: Scope) -> str | None:
-    """The SHA-256 hex digest of the request's bearer token (None: no usable header)."""
+def bearer_digest(scope: Scope, *, x_api_key: bool = False) -> str | None:
+    """The SHA-256 hex digest of the request's key (None: no usable header): ``Authorization:
+    Bearer KEY``, else (``x_api_key``: API keys, not the admin key) ``x-api-key: KEY``, which
+    Anthropic's SDKs and Claude Code send."""
+    api_key = None
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 return None
             return hashlib.sha256(token.strip().encode()).hexdigest()
-    return None
+        if x_api_key and name == b"x-api-key" and api_key is None:
+            api_key = value.decode("latin-1").strip()
+    return hashlib.sha256(api_key.encode()).hexdigest() if api_key else None
 
 
 def is_admin_path(path: str) -> bool:
@@ -54,7 +59,7 @@ class AuthMiddleware:
         self.resolver = resolver
 
     async def _match(self, scope: Scope) -> ApiKey | None:
-        digest = bearer_digest(scope)
+        digest = bearer_digest(scope, x_api_key=True)
         if digest is None:
             return None
         for key in self.keys:
@@ -72,7 +77,7 @@ class AuthMiddleware:
         except GatewayError as exc:  # the key store is down
             await error_response(exc)(scope, receive, send)
             return
-        message = "Missing or invalid API key. Send 'Authorization: Bearer <key>'."
+        message = "Missing or invalid API key. Send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."
         if key is not None and key.expires_at is not None and key.expires_at <= time.time():
             message, key = "This API key has expired.", None
         if key is None:

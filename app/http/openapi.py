@@ -86,6 +86,33 @@ _OK: dict[tuple[str, str], Json] = {
         "schema": {"type": "string", "format": "binary",
                    "description": "The file's bytes, with the media type it was uploaded with."}}},
 }
+_ANTHROPIC_ERROR: Json = {
+    "type": "object", "required": ["type", "error"], "additionalProperties": False,
+    "properties": {"type": {"const": "error"}, "error": {
+        "type": "object", "required": ["type", "message"],
+        "properties": {"type": {"enum": ["invalid_request_error", "authentication_error",
+                                         "permission_error", "not_found_error", "request_too_large",
+                                         "rate_limit_error", "api_error", "overloaded_error"]},
+                       "message": {"type": "string"}}}},
+}
+_MESSAGE: Json = {  # Anthropic's message object
+    "type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+    "properties": {"id": {"type": "string"}, "type": {"const": "message"}, "role": {"const": "assistant"},
+                   "model": {"type": "string"}, "content": {"type": "array"},
+                   "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use", None]},
+                   "stop_sequence": {"type": ["string", "null"]}, "usage": {"type": "object"}},
+}
+_ANTHROPIC_SSE: Json = {"text/event-stream": {"schema": {"type": "string", "description": (
+    "Anthropic's stream: named events (message_start, content_block_start / _delta / _stop, "
+    "message_delta, message_stop; error), no [DONE].")}}}
+_OK[("/v1/messages", "post")] = {"application/json": {"schema": _MESSAGE}, **_ANTHROPIC_SSE}
+_OK[("/v1/messages/count_tokens", "post")] = {"application/json": {"schema": {
+    "type": "object", "required": ["input_tokens"], "properties": {"input_tokens": {"type": "integer"}}}}}
+# on /v1/messages paths errors leave in Anthropic's envelope and statuses (app/http/anthropic.py)
+_ANTHROPIC_ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key",
+                     "404": "Unknown model or URL", "413": "Request body too large",
+                     "429": "Rate limited", "500": "Backend or model output failure",
+                     "529": "At capacity"}
 _ERRORS = {"400": "Invalid request", "401": "Missing or invalid API key (the admin key on /admin)",
            "404": "Unknown model, response or URL (on /admin: the admin API is off)",
            "413": "Request body too large",
@@ -104,6 +131,7 @@ def document(app: FastAPI) -> Json:
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     components["Error"] = _ERROR
+    components["AnthropicError"] = _ANTHROPIC_ERROR
     for path, operations in doc.get("paths", {}).items():
         for method, op in operations.items():
             responses = op.setdefault("responses", {})
@@ -112,8 +140,10 @@ def document(app: FastAPI) -> Json:
             if ok is not None:
                 responses.setdefault("200", {"description": "Successful Response"})["content"] = ok
             if method == "post" or "{" in path or op.get("parameters") or path.startswith("/admin"):
-                for status, description in _ERRORS.items():
+                anthropic = path.startswith("/v1/messages")
+                ref = "#/components/schemas/" + ("AnthropicError" if anthropic else "Error")
+                for status, description in (_ANTHROPIC_ERRORS if anthropic else _ERRORS).items():
                     responses[status] = {"description": description, "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+                        "application/json": {"schema": {"$ref": ref}}}}
     app.openapi_schema = doc
     return doc

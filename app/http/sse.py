@@ -17,6 +17,11 @@ def named_event(name: str, payload: Any) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
+def typed_event(payload: Any) -> bytes:
+    """An event named by its payload's ``type`` (Anthropic's stream: ``event: message_start``)."""
+    return named_event(payload["type"], payload)
+
+
 def json_line(payload: Any) -> bytes:
     """One JSON-lines record (SageMaker ``application/jsonlines`` streaming)."""
     return orjson.dumps(payload) + b"\n"

@@ -38,13 +38,14 @@ async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
             await aclose()
 
 
-def sse_response(run: Streamable, frame: Frame, grace: float) -> Response:
+def sse_response(run: Streamable, frame: Frame, grace: float, *, done: bytes | None = DONE) -> Response:
+    """``done``: the sentinel after the last event (None: none, Anthropic's stream)."""
     drain = Drain(grace)
 
     def stop() -> None:
         run.stop(ServerShutdown("The gateway is shutting down; the answer was cut short."))
 
-    return EventSourceResponse(_framed(drained(run.frames().batched(), drain, stop), frame, DONE),
+    return EventSourceResponse(_framed(drained(run.frames().batched(), drain, stop), frame, done),
                                ping=15, sep="\n", shutdown_event=drain.event,
                                shutdown_grace_period=drain.grace + 5,
                                headers={"x-accel-buffering": "no", "cache-control": "no-cache"})

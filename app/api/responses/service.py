@@ -396,7 +396,15 @@ class ResponsesService:
         return (await self._stored(response_id, who)).input_items
 
     async def delete(self, response_id: str, who: Principal = ANONYMOUS) -> None:
-        await self._stored(response_id, who)  # the model allow-list applies to deletes too
+        """Delete a stored response; one still running is cancelled first and deleted once its
+        end is stored (else the end, stored later, would bring it back)."""
+        stored = await self._stored(response_id, who)  # the model allow-list applies to deletes too
+        run = self._inflight(response_id, who)
+        if run is not None:
+            run.cancel()
+            await run.finished(within=15)
+        elif stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
+            await cancel_elsewhere(self.signals, response_id, lambda: self._stored(response_id, who))
         if not await self.store.delete(response_id, who.tenant):
             raise _not_found(response_id)
 

@@ -6,13 +6,10 @@
   Known failure, owned by the run engine (``app/engine/run.py`` / ``stream.py``: yield to the
   loop while a chunk's events are processed; the encoders could also coalesce one chunk's
   deltas).
-* ``DELETE /v1/responses/{id}`` of a background response whose run is still going answers
-  ``200 {"deleted": true}``, yet ``GET`` still answers 200 at once and, when the run ends, the
-  response is stored ``completed`` and readable for good (``test_fuzz_races.py`` found it).
-  Known failure, owned by ``app/api/responses/service.py`` / the stores: cancel the run and
-  keep it deleted (or refuse the delete of a running response with a 400).
-
-Both are marked ``xfail(strict=True)``: remove the mark with the fix.
+* ``DELETE /v1/responses/{id}`` of a background response whose run was still going answered
+  ``200 {"deleted": true}``, yet ``GET`` still answered 200 and, when the run ended, the
+  response was stored ``completed`` and readable for good (``test_fuzz_races.py`` found it).
+  Fixed: the delete cancels the run and deletes once its end is stored.
 """
 
 from __future__ import annotations
@@ -79,9 +76,8 @@ async def test_known_failure_one_huge_upstream_event_blocks_the_event_loop(
     assert gap < LOOP_BUDGET, f"the event loop was blocked {gap:.2f} s"
 
 
-@pytest.mark.xfail(strict=True, reason="known failure: a response deleted during its run comes back")
 @pytest.mark.parametrize("wait", [0.0, 0.05])
-async def test_known_failure_a_response_deleted_during_its_run_comes_back(wait: float) -> None:
+async def test_a_response_deleted_during_its_run_stays_deleted(wait: float) -> None:
     upstream = HostileLlamaCpp()
     headers = {"authorization": f"Bearer {KEYS['a']}"}
     async with gateway(upstream.transport(), fuzz_config()) as c:
