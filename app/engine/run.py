@@ -39,6 +39,9 @@ Sink = Callable[[Json | None], None]  # where a streamed run's payloads go (None
 # Storing a run's end is retried for END_WAIT seconds (a database restart, a failover), the
 # pause doubling from 0.1 s up to 2 s.  The terminal event waits for it (see _persist_end).
 END_WAIT = 12.0
+# Events of one upstream chunk arrive without a suspension between them: the loop is given back
+# every YIELD_EVERY events, so a huge chunk (a hostile or batching backend) never stalls it
+YIELD_EVERY = 128
 
 
 class EndNotStored(Overloaded):
@@ -150,6 +153,8 @@ class Run:
             assert stream is not None
             async for event in stream:
                 self.chunks += 1
+                if not self.chunks % YIELD_EVERY:  # one upstream chunk of 100k tokens is 100k events
+                    await asyncio.sleep(0)
                 if isinstance(event, ev.Error):
                     self.error = event
                 self._emit(encoder.encode(event))
