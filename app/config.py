@@ -354,6 +354,18 @@ class GatewayConfig(_Strict):
     default_model: str | None = None  # for /invocations bodies without "model"
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
     models: dict[str, ModelConfig] = {}
+    # other names of models, alias -> model (Claude Code asks for "claude-sonnet-4-5", ...):
+    # resolved by the Messages API (/v1/messages) before the key's allow-list and the route
+    aliases: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _aliases_name_models(self) -> GatewayConfig:
+        for alias, target in self.aliases.items():
+            if target not in self.models:
+                raise ValueError(f"[aliases] {alias!r} names model {target!r}, which is not configured")
+            if alias in self.models:
+                raise ValueError(f"[aliases] {alias!r} is already the name of a model")
+        return self
 
 
 def _parse_value(raw: str) -> Any:

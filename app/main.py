@@ -171,8 +171,10 @@ def create_app(config: GatewayConfig | None = None,
                            allow_credentials=cfg.http.cors_allow_credentials,
                            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                            allow_headers=["authorization", "content-type", "x-request-id",
-                                          "openai-beta", "openai-organization", "openai-project"],
-                           expose_headers=["x-request-id", "retry-after", "retry-after-ms"])
+                                          "openai-beta", "openai-organization", "openai-project",
+                                          "x-api-key", "anthropic-version", "anthropic-beta"],
+                           expose_headers=["x-request-id", "request-id", "retry-after",
+                                           "retry-after-ms"])
     app.add_middleware(AnthropicErrors)  # inside observe (the request id), outside auth and limits
     app.state.metrics = Metrics()
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics,  # outermost: sees 401s too

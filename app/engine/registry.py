@@ -149,6 +149,10 @@ class Registry:
         for pool in self.pools():
             pool.cool(url, seconds)
 
+    def canonical(self, model: str) -> str:
+        """The model an alias (``[aliases]``) stands for; any other name as it is."""
+        return self.config.aliases.get(model, model)
+
     def route(self, model: str) -> ModelRoute:
         try:
             return self.routes[model]

@@ -38,7 +38,7 @@ from app.http.responses import JSONResponse, error_response
 from app.http.usage import Budgets
 
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations",
-                              "/v1/completions", "/v1/embeddings"})
+                              "/v1/completions", "/v1/embeddings", "/v1/messages"})
 WINDOW = 60.0
 
 

@@ -40,7 +40,7 @@ log_errors = logging.getLogger("ocm_gateway")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 RECENT_ERRORS = 200
 _GENERATION = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations", "/v1/completions",
-                         "/v1/embeddings"})
+                         "/v1/embeddings", "/v1/messages"})
 
 
 def _route(scope: Scope) -> str:
@@ -57,7 +57,8 @@ def _route(scope: Scope) -> str:
 
 _KNOWN = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/conversations",
                     "/health", "/ready", "/metrics", "/ping", "/invocations", "/v1/completions",
-                    "/v1/embeddings", "/tokenize", "/detokenize"})
+                    "/v1/embeddings", "/tokenize", "/detokenize", "/v1/messages",
+                    "/v1/messages/count_tokens"})
 
 
 def _key_name(scope: Scope) -> str | None:

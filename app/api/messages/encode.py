@@ -1,0 +1,189 @@
+"""Events → Anthropic's message object and its stream events.
+
+Mapping: reasoning → a ``thinking`` block whose ``signature`` is the gateway's sealed copy of
+that reasoning (:mod:`app.items.sealing`; sent back, it is re-rendered as the model's real chain
+of thought); preambles and answer text → ``text`` blocks; tool calls → ``tool_use`` blocks
+(``input_json_delta`` as the arguments are generated).  Blocks come in the model's order, one
+open at a time.  The stream: ``message_start``, per block ``content_block_start`` /
+``content_block_delta`` / ``content_block_stop``, then ``message_delta`` (stop reason, usage)
+and ``message_stop``; a failure is one ``error`` event and nothing after it.  The non-streaming
+message is the fold of the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.core import events as ev
+from app.core.errors import anthropic_event
+from app.core.output import Usage
+
+Json = dict[str, Any]
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def usage_dict(usage: Usage) -> Json:
+    """Anthropic's usage: ``input_tokens`` excludes the prompt tokens read from cache."""
+    return {"input_tokens": max(0, usage.prompt_tokens - usage.cached_tokens),
+            "output_tokens": usage.completion_tokens,
+            "cache_read_input_tokens": usage.cached_tokens,
+            "cache_creation_input_tokens": 0}
+
+
+@dataclass(slots=True)
+class _Block:
+    kind: str  # "thinking" | "text" | "tool_use"
+    pieces: list[str] = field(default_factory=list)  # text, thinking, or the input's JSON
+    id: str = ""
+    name: str = ""
+    signature: str = ""
+    arguments: str | None = None  # a finished call's arguments (ToolCallDone)
+
+    def body(self) -> Json:
+        if self.kind == "thinking":
+            return {"type": "thinking", "thinking": "".join(self.pieces), "signature": self.signature}
+        if self.kind == "text":
+            return {"type": "text", "text": "".join(self.pieces)}
+        return {"type": "tool_use", "id": self.id, "name": self.name, "input": _input(self.json)}
+
+    @property
+    def json(self) -> str:
+        return self.arguments if self.arguments is not None else "".join(self.pieces)
+
+
+def _input(arguments: str) -> Any:
+    try:
+        value = orjson.loads(arguments) if arguments.strip() else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class MessagesEncoder:
+    """One message: each event becomes zero or more stream events (when ``stream``), and
+    every event is folded, so :meth:`result` is the message the same stream amounts to."""
+
+    def __init__(self, message_id: str, model: str, seal: Callable[[str], str], *,
+                 stream: bool = True) -> None:
+        self._id = message_id
+        self._model = model
+        self._seal = seal
+        self._stream = stream
+        self._blocks: list[_Block] = []
+        self._open: _Block | None = None
+        self._stop_reason: str | None = None
+        self._usage = Usage()
+        self.terminal = False
+
+    def _message(self, content: list[Json], stop_reason: str | None, usage: Usage) -> Json:
+        return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
+                "content": content, "stop_reason": stop_reason, "stop_sequence": None,
+                "usage": usage_dict(usage)}
+
+    def start(self) -> list[Json]:
+        return [{"type": "message_start", "message": self._message([], None, Usage())}]
+
+    def encode(self, event: ev.Event) -> list[Json]:
+        if self.terminal:
+            return []
+        if isinstance(event, ev.TERMINAL):
+            self.terminal = True
+        out = self._events(event)
+        return out if self._stream else []
+
+    def cancel(self) -> list[Json]:
+        """The client is gone: nothing more to say."""
+        self.terminal = True
+        return []
+
+    def result(self) -> Json:
+        return self._message([b.body() for b in self._blocks], self._stop_reason, self._usage)
+
+    # -- blocks --------------------------------------------------------------------------------
+
+    def _close(self) -> list[Json]:
+        block, self._open = self._open, None
+        if block is None:
+            return []
+        index = len(self._blocks) - 1
+        out: list[Json] = []
+        if block.kind == "thinking":
+            block.signature = self._seal("".join(block.pieces))
+            out.append({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": block.signature}})
+        out.append({"type": "content_block_stop", "index": index})
+        return out
+
+    def _opened(self, block: _Block) -> list[Json]:
+        out = self._close()
+        self._blocks.append(block)
+        self._open = block
+        start: Json
+        if block.kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+        elif block.kind == "text":
+            start = {"type": "text", "text": ""}
+        else:
+            start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+        out.append({"type": "content_block_start", "index": len(self._blocks) - 1,
+                    "content_block": start})
+        return out
+
+    def _delta(self, kind: str, text: str) -> list[Json]:
+        out = [] if self._open is not None and self._open.kind == kind else self._opened(_Block(kind))
+        assert self._open is not None
+        self._open.pieces.append(text)
+        delta = ({"type": "thinking_delta", "thinking": text} if kind == "thinking"
+                 else {"type": "text_delta", "text": text})
+        out.append({"type": "content_block_delta", "index": len(self._blocks) - 1, "delta": delta})
+        return out
+
+    def _events(self, event: ev.Event) -> list[Json]:
+        if isinstance(event, ev.ReasoningDelta):
+            return self._delta("thinking", event.text) if event.text else []
+        if isinstance(event, ev.PreambleDelta | ev.TextDelta):
+            return self._delta("text", event.text) if event.text else []
+        if isinstance(event, ev.PartDone):
+            kind = "thinking" if event.kind == "reasoning" else "text"
+            return self._close() if self._open is not None and self._open.kind == kind else []
+        if isinstance(event, ev.ToolCallStarted):
+            return self._opened(_Block("tool_use", id=event.call_id, name=event.name))
+        if isinstance(event, ev.ToolCallArgumentsDelta):
+            if self._open is None or self._open.kind != "tool_use" or not event.delta:
+                return []
+            self._open.pieces.append(event.delta)
+            return [{"type": "content_block_delta", "index": len(self._blocks) - 1,
+                     "delta": {"type": "input_json_delta", "partial_json": event.delta}}]
+        if isinstance(event, ev.ToolCallDone):
+            return self._call_done(event)
+        if isinstance(event, ev.Finished):
+            out = self._close()
+            self._stop_reason = STOP_REASONS.get(event.reason, "end_turn")
+            self._usage = event.usage
+            out.append({"type": "message_delta",
+                        "delta": {"stop_reason": self._stop_reason, "stop_sequence": None},
+                        "usage": usage_dict(event.usage)})
+            out.append({"type": "message_stop"})
+            return out
+        if isinstance(event, ev.Error):
+            return [anthropic_event(event)]
+        return []  # hosted-tool events: the Messages API runs client tools only (for now)
+
+    def _call_done(self, event: ev.ToolCallDone) -> list[Json]:
+        block = self._open
+        if block is None or block.kind != "tool_use" or block.id != event.call_id:
+            return []
+        out: list[Json] = []
+        streamed = "".join(block.pieces)
+        if event.arguments != streamed:  # the final arguments differ (repaired): send the rest
+            block.arguments = event.arguments
+            if event.arguments.startswith(streamed) and len(event.arguments) > len(streamed):
+                out.append({"type": "content_block_delta", "index": len(self._blocks) - 1,
+                            "delta": {"type": "input_json_delta",
+                                      "partial_json": event.arguments[len(streamed):]}})
+        return out + self._close()

@@ -1,0 +1,222 @@
+"""Anthropic Messages request → :class:`Conversation` + :class:`GenerationParams`.
+
+* ``system`` (string or text blocks) → one system message, first;
+* a user turn's ``text`` / ``image`` blocks → a user message (images through
+  :func:`app.core.media.check_image_url`, as on the other APIs: inline base64 only);
+  each ``tool_result`` block → a ``tool`` message answering a ``tool_use`` of an earlier
+  assistant turn (``is_error`` marks its text), in the order the blocks come;
+* an assistant turn's ``text`` → content, ``tool_use`` → tool calls (``input`` as JSON text),
+  ``thinking`` → the turn's reasoning: the chain of thought sealed in its ``signature``
+  (opened by the caller's ``open_thinking``, which refuses a forged or foreign one), never the
+  client's ``thinking`` text; ``redacted_thinking`` is opened the same way;
+* ``thinking`` → the gateway's reasoning controls: ``enabled`` (effort from ``budget_tokens``),
+  ``disabled`` (the template's thinking switch off; Harmony reasons at low effort), ``adaptive``
+  (on, the model's own effort).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from app.core.conversation import (
+    ContentPart,
+    Conversation,
+    FunctionTool,
+    GenerationParams,
+    ImagePart,
+    Message,
+    ReasoningEffort,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+)
+from app.core.errors import InvalidRequest
+from app.core.media import check_image_url
+from app.items.validate import check_call_id, check_function_name, check_json_schema
+from schemas import messages as wire
+
+# (sealed signature, its parameter) -> the reasoning text it holds, or a 400
+OpenThinking = Callable[[str, str], str]
+
+MAX_STOP_SEQUENCES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesIngest:
+    model: str
+    conversation: Conversation
+    params: GenerationParams
+    stream: bool
+
+
+def _image(block: wire.ImageBlock, where: str) -> ImagePart:
+    if isinstance(block.source, wire.URLSource):
+        url = block.source.url  # check_image_url refuses addresses: the gateway fetches none
+    else:
+        url = f"data:{block.source.media_type};base64,{block.source.data}"
+    return ImagePart(check_image_url(url, where + ".source").url)
+
+
+def _user_parts(blocks: list[wire.TextBlock | wire.ImageBlock], where: str) -> list[ContentPart]:
+    return [TextPart(b.text) if isinstance(b, wire.TextBlock) else _image(b, f"{where}[{j}]")
+            for j, b in enumerate(blocks)]
+
+
+def _tool_result(block: wire.ToolResultBlock, where: str, known: set[str]) -> Message:
+    if block.tool_use_id not in known:
+        raise InvalidRequest(f"{where}.tool_use_id {block.tool_use_id!r} does not match any tool_use "
+                             "block of a preceding assistant message.", param=f"{where}.tool_use_id")
+    parts = ([TextPart(block.content)] if isinstance(block.content, str)
+             else _user_parts(list(block.content), f"{where}.content"))
+    if block.is_error:
+        parts.insert(0, TextPart("Error: "))
+    return Message("tool", tuple(parts), tool_call_id=block.tool_use_id, source=where)
+
+
+def _user(m: wire.MessageParam, i: int, known: set[str]) -> list[Message]:
+    where = f"messages[{i}]"
+    if isinstance(m.content, str):
+        return [Message("user", (TextPart(m.content),), source=where)]
+    out: list[Message] = []
+    parts: list[ContentPart] = []
+    for j, block in enumerate(m.content):
+        at = f"{where}.content[{j}]"
+        if isinstance(block, wire.ToolResultBlock):
+            if parts:
+                out.append(Message("user", tuple(parts), source=where))
+                parts = []
+            out.append(_tool_result(block, at, known))
+        elif isinstance(block, wire.TextBlock | wire.ImageBlock):
+            parts.append(TextPart(block.text) if isinstance(block, wire.TextBlock) else _image(block, at))
+        else:
+            raise InvalidRequest(f"{at} is a {block.type} block, which only assistant messages "
+                                 "may hold.", param=f"{at}.type")
+    if parts or not out:
+        out.append(Message("user", tuple(parts), source=where))
+    return out
+
+
+def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: OpenThinking) -> Message:
+    where = f"messages[{i}]"
+    if isinstance(m.content, str):
+        return Message("assistant", (TextPart(m.content),), source=where)
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    reasoning: list[str] = []
+    for j, block in enumerate(m.content):
+        at = f"{where}.content[{j}]"
+        if isinstance(block, wire.TextBlock):
+            parts.append(TextPart(block.text))
+        elif isinstance(block, wire.ToolUseBlock):
+            check_function_name(block.name, at + ".name")
+            check_call_id(block.id, at + ".id")
+            if block.id in known:
+                raise InvalidRequest(f"Duplicate tool_use id {block.id!r}.", param=at + ".id")
+            known.add(block.id)
+            calls.append(ToolCall(block.id, block.name, orjson.dumps(block.input).decode()))
+        elif isinstance(block, wire.ThinkingBlock):
+            reasoning.append(open_thinking(block.signature, at + ".signature"))
+        elif isinstance(block, wire.RedactedThinkingBlock):
+            reasoning.append(open_thinking(block.data, at + ".data"))
+        else:
+            raise InvalidRequest(f"{at} is a {block.type} block, which only user messages may hold.",
+                                 param=f"{at}.type")
+    return Message("assistant", tuple(parts), tool_calls=tuple(calls),
+                   reasoning="\n".join(reasoning) if reasoning else None, source=where)
+
+
+def _messages(req: wire.MessagesRequest | wire.CountTokensRequest,
+              open_thinking: OpenThinking) -> tuple[Message, ...]:
+    out: list[Message] = []
+    if req.system:
+        text = req.system if isinstance(req.system, str) else "\n\n".join(b.text for b in req.system)
+        out.append(Message("system", (TextPart(text),), source="system"))
+    if not req.messages:
+        raise InvalidRequest("messages: at least one message is required.", param="messages")
+    known: set[str] = set()
+    for i, m in enumerate(req.messages):
+        if m.role == "assistant":
+            out.append(_assistant(m, i, known, open_thinking))
+        else:
+            out.extend(_user(m, i, known))
+    return tuple(out)
+
+
+def _tools(req: wire.MessagesRequest | wire.CountTokensRequest) -> tuple[FunctionTool, ...]:
+    tools: list[FunctionTool] = []
+    seen: set[str] = set()
+    for i, t in enumerate(req.tools or []):
+        name = check_function_name(t.name, f"tools[{i}].name")
+        if name in seen:
+            raise InvalidRequest(f"Duplicate tool name {name!r}.", param=f"tools[{i}].name")
+        seen.add(name)
+        check_json_schema(t.input_schema, f"tools[{i}].input_schema")
+        tools.append(FunctionTool(name, t.description, t.input_schema))
+    return tuple(tools)
+
+
+def _tool_choice(req: wire.MessagesRequest | wire.CountTokensRequest,
+                 tools: tuple[FunctionTool, ...]) -> tuple[ToolChoice, bool]:
+    """The choice, and whether parallel calls are allowed."""
+    choice = req.tool_choice
+    if choice is None:
+        return ToolChoice("auto"), True
+    if isinstance(choice, wire.ToolChoiceNone):
+        return ToolChoice("none"), True
+    parallel = not choice.disable_parallel_tool_use
+    if isinstance(choice, wire.ToolChoiceAuto):
+        return ToolChoice("auto"), parallel
+    if not tools:
+        raise InvalidRequest(f"tool_choice {choice.type!r} needs at least one tool.", param="tool_choice")
+    if isinstance(choice, wire.ToolChoiceTool):
+        if choice.name not in {t.name for t in tools}:
+            raise InvalidRequest(f"tool_choice names tool {choice.name!r}, which is not in tools.",
+                                 param="tool_choice.name")
+        return ToolChoice("required", (choice.name,)), parallel
+    return ToolChoice("required"), parallel
+
+
+def _thinking(thinking: wire.Thinking | None) -> tuple[ReasoningEffort | None, bool | None]:
+    """(reasoning_effort, the thinking switch) from ``thinking``."""
+    if thinking is None:
+        return None, None
+    if isinstance(thinking, wire.ThinkingDisabled):
+        return "low", False
+    if isinstance(thinking, wire.ThinkingAdaptive):
+        return None, True
+    budget = thinking.budget_tokens
+    return ("low" if budget < 4096 else "medium" if budget < 16384 else "high"), True
+
+
+def conversation_of(req: wire.MessagesRequest | wire.CountTokensRequest,
+                    open_thinking: OpenThinking) -> tuple[Conversation, GenerationParams]:
+    """What ``count_tokens`` and a message share: the conversation and the prompt's controls."""
+    tools = _tools(req)
+    choice, parallel = _tool_choice(req, tools)
+    effort, switch = _thinking(req.thinking)
+    params = GenerationParams(reasoning_effort=effort, thinking=switch, tool_choice=choice,
+                              parallel_tool_calls=parallel)
+    return Conversation(_messages(req, open_thinking), tools), params
+
+
+def ingest_messages(req: wire.MessagesRequest, open_thinking: OpenThinking) -> MessagesIngest:
+    if req.top_k is not None:
+        raise InvalidRequest("top_k sampling is not available through this gateway; leave it out.",
+                             param="top_k", code="unsupported_parameter")
+    stop = tuple(req.stop_sequences or ())
+    if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
+        raise InvalidRequest(f"stop_sequences takes up to {MAX_STOP_SEQUENCES} non-empty strings.",
+                             param="stop_sequences")
+    if isinstance(req.thinking, wire.ThinkingEnabled) and req.thinking.budget_tokens >= req.max_tokens:
+        raise InvalidRequest("max_tokens must be greater than thinking.budget_tokens.",
+                             param="max_tokens")
+    conversation, base = conversation_of(req, open_thinking)
+    params = GenerationParams(
+        max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=stop,
+        user=req.metadata.user_id if req.metadata else None,
+        reasoning_effort=base.reasoning_effort, thinking=base.thinking,
+        tool_choice=base.tool_choice, parallel_tool_calls=base.parallel_tool_calls)
+    return MessagesIngest(req.model, conversation, params, req.stream)

@@ -1,0 +1,77 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: ingest → the run engine →
+the Messages encoder (counting: the same renderer, :mod:`app.engine.count`).
+
+Thinking signatures are sealed and opened with the key Responses' ``encrypted_content`` uses
+(:mod:`app.items.sealing`), bound to the request's tenant.  Errors on these paths leave in
+Anthropic's envelope (:mod:`app.http.anthropic`).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.messages.encode import MessagesEncoder
+from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
+from app.core.ids import random_id
+from app.engine.count import count_tokens
+from app.engine.engine import Engine, Plan, RunRequest
+from app.http.auth import check_model, principal
+from app.http.body import GatewayRoute
+from app.http.disconnect import cancel_on_disconnect
+from app.http.responses import JSONResponse
+from app.http.sse import typed_event
+from app.http.streaming import json_answer, sse_response
+from app.items.resolve import open_reasoning, seal_reasoning
+from app.items.sealing import Sealer
+from schemas.messages import CountTokensRequest, MessagesRequest
+
+router = APIRouter(route_class=GatewayRoute)
+
+
+def _sealer(request: Request) -> Sealer:
+    sealer: Sealer = request.app.state.responses.sealer
+    return sealer
+
+
+def _opener(request: Request) -> OpenThinking:
+    sealer, tenant = _sealer(request), principal(request).tenant
+
+    def open_thinking(token: str, param: str) -> str:
+        return open_reasoning(sealer, tenant, token, param)
+
+    return open_thinking
+
+
+@router.post("/v1/messages")
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    ingest = ingest_messages(body, _opener(request))
+    model = engine.registry.canonical(ingest.model)  # the answer names the model asked for
+    check_model(request, model)
+    message_id = random_id("msg_")
+    sealer, who = _sealer(request), principal(request)
+
+    def seal(text: str) -> str:
+        return seal_reasoning(sealer, who.tenant, text)
+
+    def encoder(plan: Plan) -> MessagesEncoder:
+        return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream)
+
+    starting = engine.start(RunRequest(model, ingest.conversation, ingest.params), encoder,
+                            run_id=message_id, mode="stream" if ingest.stream else "wait", owner=who)
+    if not ingest.stream:
+        return await json_answer(request, starting)
+    run = await cancel_on_disconnect(request, starting)
+    return sse_response(run, typed_event, engine.registry.config.shutdown_grace_seconds, done=None)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_message_tokens(body: CountTokensRequest, request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    conversation, params = conversation_of(body, _opener(request))
+    model = engine.registry.canonical(body.model)
+    check_model(request, model)
+    counted = await count_tokens(engine.registry, model, conversation, params)
+    headers = {} if counted.exact else {"ocm-token-count": "estimated"}
+    return JSONResponse({"input_tokens": counted.tokens}, headers=headers)

@@ -1,0 +1,155 @@
+"""Wire models of the Anthropic Messages request body (``POST /v1/messages``).
+
+Only the request is modelled: the message object and stream events are plain dicts built by
+:mod:`app.api.messages.encode`.  Unknown fields are ignored, as Anthropic's API ignores the
+fields of betas it does not apply (``cache_control``, ``citations``, ``service_tier``, ...);
+known fields are validated strictly, and an unknown *block type* is a 400 (Anthropic's too).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from schemas.base import NullMeansDefault
+
+
+class _Wire(NullMeansDefault):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class TextBlock(_Wire):
+    type: Literal["text"]
+    text: str
+
+
+class Base64Source(_Wire):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class URLSource(_Wire):
+    type: Literal["url"]
+    url: str
+
+
+class ImageBlock(_Wire):
+    type: Literal["image"]
+    source: Annotated[Base64Source | URLSource, Field(discriminator="type")]
+
+
+class ToolUseBlock(_Wire):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Wire):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] = ""
+    is_error: bool = False
+
+
+class ThinkingBlock(_Wire):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(_Wire):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
+    Field(discriminator="type")]
+
+
+class MessageParam(_Wire):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class Tool(_Wire):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = None  # Anthropic's server / versioned tools: not served here
+
+
+class ToolChoiceAuto(_Wire):
+    type: Literal["auto"]
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceAny(_Wire):
+    type: Literal["any"]
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceTool(_Wire):
+    type: Literal["tool"]
+    name: str
+    disable_parallel_tool_use: bool = False
+
+
+class ToolChoiceNone(_Wire):
+    type: Literal["none"]
+
+
+ToolChoice = Annotated[ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone,
+                       Field(discriminator="type")]
+
+
+class ThinkingEnabled(_Wire):
+    type: Literal["enabled"]
+    budget_tokens: int = Field(ge=1024)
+
+
+class ThinkingDisabled(_Wire):
+    type: Literal["disabled"]
+
+
+class ThinkingAdaptive(_Wire):
+    type: Literal["adaptive"]
+
+
+Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Field(discriminator="type")]
+
+
+class Metadata(_Wire):
+    user_id: str | None = None
+
+
+class MessagesRequest(_Wire):
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[MessageParam]
+    system: str | list[TextBlock] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    metadata: Metadata | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    service_tier: str | None = None
+
+
+class CountTokensRequest(_Wire):
+    """``POST /v1/messages/count_tokens``: the same body without ``max_tokens``."""
+
+    model: str
+    messages: list[MessageParam]
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+
