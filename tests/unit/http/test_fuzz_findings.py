@@ -61,7 +61,7 @@ async def _worst_gap(path: str, body: dict[str, object]) -> tuple[httpx.Response
     return r, max(gaps)
 
 
-@pytest.mark.xfail(strict=True, reason="known failure: the parser feeds a 100k-token upstream event in one call")
+@pytest.mark.xfail(strict=True, reason="known: the parser feeds a 100k-token event in one call")
 @pytest.mark.parametrize(
     ("path", "body"),
     [
