@@ -125,22 +125,19 @@ class GenerationMachine(RuleBasedStateMachine):
         elif r.status_code == 200 and body.get("store"):
             self.chats.append(r.json()["id"])
 
+    def both_ways(self, path: str, route: str, body: Json, names: list[str], seed: int, first: str,
+                  ) -> tuple[httpx.Response, httpx.Response]:
+        """The same body answered whole, then streamed (the upstream answers both the same)."""
+        whole = self.send("POST", path, body, route=route, names=names, seed=seed, first=first)
+        streamed = self.send("POST", path, {**body, "stream": True}, route=route, names=names,
+                             seed=seed, first=first)
+        return whole, streamed
+
     @rule(drawn=fb.chat_body(), seed=SEEDS, first=FIRST)
     def chat_stream_folds_to_the_answer(self, drawn: tuple[Json, list[str]], seed: int, first: str) -> None:
         body, names = drawn
         body = {**{k: v for k, v in body.items() if k != "n"}, "store": False}  # n > 1: choices race
-        whole = self.send(
-            "POST", "/v1/chat/completions", body, route="chat", names=names, seed=seed, first=first
-        )
-        streamed = self.send(
-            "POST",
-            "/v1/chat/completions",
-            {**body, "stream": True},
-            route="chat",
-            names=names,
-            seed=seed,
-            first=first,
-        )
+        whole, streamed = self.both_ways("/v1/chat/completions", "chat", body, names, seed, first)
         if streamed.status_code != 200:
             assert streamed.status_code == whole.status_code, (whole.text, streamed.text)
             return
@@ -219,18 +216,7 @@ class GenerationMachine(RuleBasedStateMachine):
     ) -> None:
         body, names = drawn
         body = {**body, "store": False}
-        whole = self.send(
-            "POST", "/v1/responses", body, route="responses", names=names, seed=seed, first=first
-        )
-        streamed = self.send(
-            "POST",
-            "/v1/responses",
-            {**body, "stream": True},
-            route="responses",
-            names=names,
-            seed=seed,
-            first=first,
-        )
+        whole, streamed = self.both_ways("/v1/responses", "responses", body, names, seed, first)
         if streamed.status_code != 200:
             assert streamed.status_code == whole.status_code, (whole.text, streamed.text)
             return
