@@ -140,6 +140,17 @@ class FilesSettings(_Strict):
     sweep_seconds: float = Field(default=60.0, gt=0)  # how often expired files are deleted
 
 
+class BatchSettings(_Strict):
+    # /v1/batches: the worker that runs batch lines behind interactive traffic (app/batches)
+    enabled: bool = True  # run the worker in this process (every replica may)
+    share: float = Field(default=0.25, gt=0, le=1)  # of [limits] max_inflight, for batch lines
+    max_lines: int = Field(default=50_000, ge=1, le=10_000_000)  # requests per input file
+    max_attempts: int = Field(default=5, ge=1, le=100)  # tries of a line answered 429/5xx
+    backoff_seconds: float = Field(default=1.0, gt=0, le=3600)  # first retry's wait, doubling
+    lease_seconds: float = Field(default=30.0, ge=1, le=3600)  # a dead worker's lines are retaken
+    poll_seconds: float = Field(default=1.0, gt=0, le=3600)
+
+
 class LimitSettings(_Strict):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
@@ -322,6 +333,26 @@ class ToolSettings(_Strict):
     code_interpreter: CodeInterpreterSettings = CodeInterpreterSettings()
 
 
+class KnowledgeSettings(_Strict):
+    """Vector stores and ``file_search`` (:mod:`app.knowledge`): the embedding model and the
+    background ingestion.  Unset ``embedding_model``: vectors cannot be made (the embedded
+    quickstart sets one, all-MiniLM-L6-v2)."""
+
+    # a model of [models] whose backend serves embeddings (llama.cpp --embeddings, vLLM, Ollama,
+    # any OpenAI-compatible server); a vector store keeps the model it was made with, and is
+    # refused (409 embedding_model_changed) once another one is configured
+    embedding_model: str | None = None
+    embedding_dimensions: int | None = Field(default=None, ge=1, le=65_536)  # Matryoshka models
+    embedding_batch: int = Field(default=32, ge=1, le=2048)  # texts per upstream request
+    # the longest text the model embeds, in its own tokens: chunks are capped to it (OpenAI's
+    # `auto` 800 / 400 becomes at most this / half); all-MiniLM-L6-v2: 256 (512 positions)
+    max_input_tokens: int = Field(default=512, ge=16, le=1_000_000)
+    ingest_concurrency: int = Field(default=1, ge=1, le=64)  # files embedded at once per replica
+    ingest_poll_seconds: float = Field(default=1.0, gt=0, le=3600)  # how often the job queue is read
+    # a claimed job untouched this long (its replica died) is claimed again by another
+    ingest_lease_seconds: float = Field(default=300.0, gt=0, le=86_400)
+
+
 class RedisSettings(_Strict):
     """Shared coordination of N replicas (app/http/counters.py): per-key limits counted in Redis."""
 
@@ -343,11 +374,13 @@ class GatewayConfig(_Strict):
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     files: FilesSettings = FilesSettings()
+    batches: BatchSettings = BatchSettings()
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()
     responses: ResponsesSettings = ResponsesSettings()
     tools: ToolSettings = ToolSettings()
+    knowledge: KnowledgeSettings = KnowledgeSettings()
     redis: RedisSettings = RedisSettings()
     admin: AdminSettings = AdminSettings()
     usage: UsageSettings = UsageSettings()
@@ -365,6 +398,9 @@ class GatewayConfig(_Strict):
                 raise ValueError(f"[aliases] {alias!r} names model {target!r}, which is not configured")
             if alias in self.models:
                 raise ValueError(f"[aliases] {alias!r} is already the name of a model")
+        embedding = self.knowledge.embedding_model
+        if embedding is not None and embedding not in self.models:
+            raise ValueError(f"[knowledge] embedding_model {embedding!r} is not a model of [models]")
         return self
 
 

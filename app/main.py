@@ -18,6 +18,7 @@ from adapters.aiohttp_transport import AiohttpTransport
 from app.api.admin import console
 from app.api.admin import keys as admin_keys
 from app.api.admin import ops as admin_ops
+from app.api.batches import routes as batches_routes
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
 from app.api.chat import stored_routes as chat_stored_routes
@@ -30,6 +31,8 @@ from app.api.messages import routes as messages_routes
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
+from app.batches.runner import BatchRunner, RunnerSettings
+from app.batches.sqlite_batches import SqliteBatchStore
 from app.config import GatewayConfig, load_config
 from app.core import tracing
 from app.engine.admission import Admission
@@ -37,7 +40,7 @@ from app.engine.engine import Engine
 from app.engine.registry import Registry
 from app.engine.signals import RedisSignals
 from app.formats.harmony.vocab import harmony_encoding
-from app.http import errors, openapi, routes_meta
+from app.http import errors, internal, openapi, routes_meta
 from app.http.anthropic import AnthropicErrors
 from app.http.auth import AuthMiddleware
 from app.http.counters import RedisCounters
@@ -101,6 +104,9 @@ def create_app(config: GatewayConfig | None = None,
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
         app.state.responses.files = app.state.conversations.files = stores.files
+        app.state.batches = await SqliteBatchStore.open(stores.local)
+        app.state.batch_runner = runner = _batch_runner(app, cfg, admission, registry)
+        batch_worker = asyncio.get_running_loop().create_task(runner.run()) if runner else None
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
         retention = asyncio.get_running_loop().create_task(retain(stores, cfg.store))
         file_sweep = asyncio.get_running_loop().create_task(sweep_files(stores, cfg.files.sweep_seconds))
@@ -115,6 +121,9 @@ def create_app(config: GatewayConfig | None = None,
         finally:
             gc.unfreeze()
             heartbeat.cancel()
+            if batch_worker is not None:  # lines in flight are cancelled; others retake them
+                batch_worker.cancel()
+                await asyncio.gather(batch_worker, return_exceptions=True)
             retention.cancel()
             file_sweep.cancel()
             if flusher is not None:
@@ -141,7 +150,7 @@ def create_app(config: GatewayConfig | None = None,
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
                conversations_routes.router, chat_stored_routes.router, files_routes.router,
-               admin_keys.router, admin_ops.router, messages_routes.router]
+               admin_keys.router, admin_ops.router, messages_routes.router, batches_routes.router]
     if cfg.admin.console:
         routers.append(console.router)
     errors.install(app, routers)
@@ -182,6 +191,26 @@ def create_app(config: GatewayConfig | None = None,
     for router in routers:
         app.include_router(router)
     return app
+
+
+def _batch_runner(app: FastAPI, cfg: GatewayConfig, admission: Admission,
+                  registry: Registry) -> BatchRunner | None:
+    """The batch worker: at most ``[batches] share`` of the generation slots, no new line while
+    interactive requests queue, each line through the app's own route as the batch's key."""
+    b = cfg.batches
+    if not b.enabled:
+        return None
+
+    async def dispatch(key_digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
+        return await internal.call(app, path, body, key_digest=key_digest, batch="1")
+
+    settings = RunnerSettings(slots=max(1, int(admission.max_inflight * b.share)),
+                              poll_seconds=b.poll_seconds, lease_seconds=b.lease_seconds,
+                              max_attempts=b.max_attempts, backoff_seconds=b.backoff_seconds,
+                              max_lines=b.max_lines, max_line_bytes=cfg.limits.max_body_bytes)
+    return BatchRunner(app.state.batches, app.state.files.store, dispatch,
+                       known_model=lambda model: registry.canonical(model) in registry.routes,
+                       busy=lambda: admission.queued > 0, settings=settings)
 
 
 def create_app_from_env() -> FastAPI:

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.config import ApiKey
 from app.core.access import ANONYMOUS, Principal
 from app.core.errors import GatewayError, ModelNotFound, error_body
+from app.http.internal import KEY_DIGEST
 from app.http.keys import KeyResolver
 from app.http.responses import JSONResponse, error_response
 
@@ -59,7 +60,7 @@ class AuthMiddleware:
         self.resolver = resolver
 
     async def _match(self, scope: Scope) -> ApiKey | None:
-        digest = bearer_digest(scope, x_api_key=True)
+        digest = scope.get(KEY_DIGEST) or bearer_digest(scope, x_api_key=True)  # in process: internal.py
         if digest is None:
             return None
         for key in self.keys:
