@@ -31,6 +31,8 @@ from app.api.messages import routes as messages_routes
 from app.api.responses import routes as responses_routes
 from app.api.responses import websocket as responses_websocket
 from app.api.responses.service import ResponsesService
+from app.api.vector_stores import routes as vector_stores_routes
+from app.batches.postgres_batches import PostgresBatchStore
 from app.batches.runner import BatchRunner, RunnerSettings
 from app.batches.sqlite_batches import SqliteBatchStore
 from app.config import GatewayConfig, load_config
@@ -49,6 +51,7 @@ from app.http.limits import LimitsMiddleware
 from app.http.multipart import OVERHEAD as UPLOAD_OVERHEAD
 from app.http.observe import RECENT_ERRORS, ObserveMiddleware
 from app.http.usage import Budgets, UsageRecorder
+from app.knowledge.service import open_knowledge
 from app.metrics import Metrics
 from app.stores import open_stores, retain, sweep_files
 from app.tools.code import Sandbox
@@ -104,7 +107,12 @@ def create_app(config: GatewayConfig | None = None,
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
         app.state.responses.files = app.state.conversations.files = stores.files
-        app.state.batches = await SqliteBatchStore.open(stores.local)
+        knowledge = await open_knowledge(stores, cfg, lambda model: registry.route(model).backend)
+        app.state.knowledge = knowledge  # /v1/vector_stores (app/knowledge/service.py)
+        app.state.responses.knowledge = knowledge  # file_search (app/tools/file_search.py)
+        knowledge.start()  # vector-store ingestion and expiry, in the background (app/knowledge/ingest.py)
+        app.state.batches = (PostgresBatchStore(stores.pool) if stores.pool is not None
+                             else await SqliteBatchStore.open(stores.local))
         app.state.batch_runner = runner = _batch_runner(app, cfg, admission, registry)
         batch_worker = asyncio.get_running_loop().create_task(runner.run()) if runner else None
         heartbeat = asyncio.get_running_loop().create_task(app.state.responses.heartbeat())
@@ -126,6 +134,7 @@ def create_app(config: GatewayConfig | None = None,
                 await asyncio.gather(batch_worker, return_exceptions=True)
             retention.cancel()
             file_sweep.cancel()
+            await knowledge.close()  # ingestion jobs in flight are given back
             if flusher is not None:
                 flusher.cancel()
             if listener is not None:
@@ -150,7 +159,8 @@ def create_app(config: GatewayConfig | None = None,
     routers = [chat_routes.router, routes_meta.router, responses_routes.router, sagemaker.router,
                completions_routes.router, responses_websocket.router,
                conversations_routes.router, chat_stored_routes.router, files_routes.router,
-               admin_keys.router, admin_ops.router, messages_routes.router, batches_routes.router]
+               admin_keys.router, admin_ops.router, messages_routes.router, batches_routes.router,
+               vector_stores_routes.router]
     if cfg.admin.console:
         routers.append(console.router)
     errors.install(app, routers)

@@ -86,6 +86,7 @@ class BatchRunner:
         self.store, self.files, self.dispatch = store, files, dispatch
         self.known_model, self.busy, self.settings = known_model, busy, settings
         self.worker = random_id("w", 16)
+        self.now: Callable[[], float] = time.time  # the clock the window is judged by
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._validating: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -116,7 +117,7 @@ class BatchRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def advance(self, batch: Batch) -> None:
-        now = time.time()
+        now = self.now()
         if batch.status == "validating":
             if batch.id not in self._validating:
                 self._start(self._validating, batch.id, self._validate(batch))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiosqlite
+import asyncpg
 
 from app.config import StoreSettings
 from app.core.tracing import traced
@@ -42,6 +43,7 @@ class Stores:
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     chat: PostgresChatStore | None = None
     files: FileStore | None = None  # /v1/files (app/knowledge): beside the other tables
+    pool: asyncpg.Pool | None = None  # [store] url: the PostgreSQL pool (batches, knowledge)
 
     async def close(self) -> None:
         for close in self._closers:
@@ -67,7 +69,7 @@ async def open_stores(path: str, url: str | None = None) -> Stores:
                   traced(PostgresConversationStore(pool), "postgresql"), local.connection,
                   traced(PostgresAccountStore(pool), "postgresql"), [pool.close, local.close],
                   traced(PostgresChatStore(pool), "postgresql"),
-                  traced(PostgresFileStore(pool), "postgresql"))
+                  traced(PostgresFileStore(pool), "postgresql"), pool)
 
 
 async def sweep_files(stores: Stores, every: float) -> None:

@@ -112,6 +112,21 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE file_chunks (file_id TEXT NOT NULL, n INT NOT NULL, data BYTEA NOT NULL,
         PRIMARY KEY (file_id, n)); ALTER TABLE file_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
     """,  # step 5: /v1/files (app/knowledge/postgres_files.py)
+    """
+CREATE TABLE batches (id TEXT PRIMARY KEY, seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    owner TEXT NOT NULL, key_digest TEXT, endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL,
+    created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, status TEXT NOT NULL, doc BYTEA NOT NULL,
+    total INT NOT NULL DEFAULT 0, completed INT NOT NULL DEFAULT 0, failed INT NOT NULL DEFAULT 0,
+    usage TEXT NOT NULL DEFAULT '{}');
+CREATE INDEX batches_owner ON batches (owner, seq);
+CREATE INDEX batches_active ON batches (status) WHERE status IN
+    ('validating', 'in_progress', 'finalizing', 'cancelling');
+CREATE TABLE batch_lines (batch_id TEXT NOT NULL, line INT NOT NULL, custom_id TEXT NOT NULL,
+    body BYTEA NOT NULL, state TEXT NOT NULL DEFAULT 'pending', worker TEXT,
+    lease_until DOUBLE PRECISION, not_before DOUBLE PRECISION NOT NULL DEFAULT 0,
+    attempts INT NOT NULL DEFAULT 0, ok BOOLEAN, result BYTEA, PRIMARY KEY (batch_id, line));
+CREATE INDEX batch_lines_todo ON batch_lines (batch_id, state, not_before);
+""",  # step 6: /v1/batches (app/batches/postgres_batches.py)
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 

@@ -8,20 +8,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiosqlite
 import orjson
 import pytest
 
-from app.batches.model import Batch, Result
+from app.batches.model import Batch, BatchStore, Result
+from app.batches.postgres_batches import PostgresBatchStore
 from app.batches.runner import BatchRunner, RunnerSettings
 from app.batches.sqlite_batches import SqliteBatchStore
-from app.knowledge.files import NewFile
+from app.knowledge.files import FileStore, NewFile
 from app.knowledge.local_files import LocalFileStore
+from app.knowledge.postgres_files import PostgresFileStore
 from tests.support.polling import until
+from tests.support.postgres import fresh_pool, postgres_server
 
 ENDPOINT = "/v1/chat/completions"
+Pair = tuple[BatchStore, FileStore]
 
 
 def request(i: int) -> bytes:
@@ -29,10 +33,25 @@ def request(i: int) -> bytes:
         "model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}})
 
 
-async def setup(n: int) -> tuple[aiosqlite.Connection, SqliteBatchStore, LocalFileStore, Batch]:
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[BatchStore, FileStore]]:
     db = await aiosqlite.connect(":memory:")
-    store = await SqliteBatchStore.open(db)
-    files = await LocalFileStore.create(db, None)
+    if request.param == "sqlite":
+        yield await SqliteBatchStore.open(db), await LocalFileStore.create(db, None)
+    else:
+        pool = await fresh_pool(request.getfixturevalue("postgres"))
+        yield PostgresBatchStore(pool), PostgresFileStore(pool)
+        await pool.close()
+
+
+async def setup(stores: tuple[BatchStore, FileStore], n: int) -> tuple[BatchStore, FileStore, Batch]:
+    store, files = stores
 
     async def body() -> AsyncIterator[bytes]:
         yield b"\n".join(request(i) for i in range(n)) + b"\n"
@@ -42,7 +61,7 @@ async def setup(n: int) -> tuple[aiosqlite.Connection, SqliteBatchStore, LocalFi
     now = int(time.time())
     batch = Batch("batch_t", "alice", None, ENDPOINT, f.id, now, now + 3600)
     await store.create(batch)
-    return db, store, files, batch
+    return store, files, batch
 
 
 def answer(body: bytes) -> bytes:
@@ -50,19 +69,19 @@ def answer(body: bytes) -> bytes:
     return orjson.dumps({"answer": text, "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
 
 
-async def reached(store: SqliteBatchStore, batch: Batch, *states: str) -> Batch:
+async def reached(store: BatchStore, batch: Batch, *states: str) -> Batch:
     return await until(lambda: store.refresh(batch), lambda b: b.status in states)
 
 
-async def outputs(store: SqliteBatchStore, batch: Batch, ok: bool) -> list[Result]:
+async def outputs(store: BatchStore, batch: Batch, ok: bool) -> list[Result]:
     return [r async for r in store.results(batch.id, ok=ok)]
 
 
 FAST = RunnerSettings(slots=3, poll_seconds=0.02, lease_seconds=1.0, backoff_seconds=0.01)
 
 
-async def test_transient_answers_are_retried_then_succeed() -> None:
-    db, store, files, batch = await setup(5)
+async def test_transient_answers_are_retried_then_succeed(stores: Pair) -> None:
+    store, files, batch = await setup(stores, 5)
     calls: Counter[bytes] = Counter()
 
     async def flaky(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
@@ -79,11 +98,10 @@ async def test_transient_answers_are_retried_then_succeed() -> None:
     assert done.usage == {"input": 15, "output": 10, "cached": 0, "reasoning": 0}
     assert set(calls.values()) == {3}
     assert sorted(r.custom_id for r in await outputs(store, batch, True)) == [f"c{i}" for i in range(5)]
-    await db.close()
 
 
-async def test_retries_give_up_after_max_attempts_with_the_last_answer() -> None:
-    db, store, files, batch = await setup(2)
+async def test_retries_give_up_after_max_attempts_with_the_last_answer(stores: Pair) -> None:
+    store, files, batch = await setup(stores, 2)
 
     async def down(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
         return 502, b'{"error": {"message": "upstream down", "code": "upstream_error"}}'
@@ -98,11 +116,10 @@ async def test_retries_give_up_after_max_attempts_with_the_last_answer() -> None
     failed = await outputs(store, batch, False)
     assert {r.status_code for r in failed} == {502}
     assert failed[0].body["error"]["code"] == "upstream_error"
-    await db.close()
 
 
-async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once() -> None:
-    db, store, files, batch = await setup(8)
+async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once(stores: Pair) -> None:
+    store, files, batch = await setup(stores, 8)
     hang = asyncio.Event()
     ran: Counter[str] = Counter()
 
@@ -118,9 +135,9 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once() -> No
     # "kill -9": the worker stops; cancelled, its lines are not released (nor would a dead one's)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    async with db.execute("SELECT count(*) FROM batch_lines WHERE state = 'running'") as cur:
-        row = await cur.fetchone()
-    assert row is not None and row[0] == 3  # left running under a lease
+    assert await store.unfinished(batch.id) == 4  # 3 of them left running under a lease
+    taken = await store.claim(batch.id, "other", 8, lease=0.5, now=time.time())
+    assert [ln.custom_id for ln in taken] == ["c7"]  # the leased ones are not handed out
 
     async def second(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
         ran[orjson.loads(body)["messages"][0]["content"]] += 1
@@ -133,11 +150,10 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once() -> No
     out = [r.custom_id for r in await outputs(store, batch, True)]
     assert sorted(out) == sorted(f"c{i}" for i in range(8))  # each exactly once
     assert (done.completed, done.failed) == (8, 0)
-    await db.close()
 
 
-async def test_leases_are_renewed_while_a_line_runs() -> None:
-    db, store, files, batch = await setup(1)
+async def test_leases_are_renewed_while_a_line_runs(stores: Pair) -> None:
+    store, files, batch = await setup(stores, 1)
     release = asyncio.Event()
 
     async def slow(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
@@ -152,11 +168,10 @@ async def test_leases_are_renewed_while_a_line_runs() -> None:
     release.set()
     await reached(store, batch, "completed")
     task.cancel()
-    await db.close()
 
 
-async def test_expiry_keeps_what_completed_and_reports_the_rest() -> None:
-    db, store, files, batch = await setup(4)
+async def test_expiry_keeps_what_completed_and_reports_the_rest(stores: Pair) -> None:
+    store, files, batch = await setup(stores, 4)
     stuck = asyncio.Event()
 
     async def half(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
@@ -168,12 +183,7 @@ async def test_expiry_keeps_what_completed_and_reports_the_rest() -> None:
     runner = BatchRunner(store, files, half, known_model=lambda m: True, settings=FAST)
     task = asyncio.create_task(runner.run())
     await until(lambda: store.refresh(batch), lambda b: b.completed >= 2)
-    found = await store.refresh(batch)
-    found.expires_at = int(time.time()) - 1
-    async with db.execute("UPDATE batches SET expires_at = ? WHERE id = ?",
-                          (found.expires_at, batch.id)):
-        pass
-    await db.commit()
+    runner.now = lambda: time.time() + 7200  # past the window
     done = await reached(store, batch, "expired")
     task.cancel()
     assert "expired_at" in done.times and "finalizing_at" in done.times
@@ -181,7 +191,6 @@ async def test_expiry_keeps_what_completed_and_reports_the_rest() -> None:
     failed = await outputs(store, batch, False)
     assert sorted(r.custom_id for r in failed) == ["c2", "c3"]
     assert {r.error["code"] for r in failed if r.error} == {"batch_expired"}
-    await db.close()
 
 
 @pytest.mark.parametrize("size", [1, 3])

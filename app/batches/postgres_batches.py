@@ -1,0 +1,178 @@
+"""Batches on PostgreSQL (the contract: :mod:`app.batches.model`), for N replicas: the tables
+of step 6 of :data:`app.stores.postgres.MIGRATIONS`.  Every replica's worker
+polls the same batches; lines are claimed with ``FOR UPDATE SKIP LOCKED`` under a lease, so
+each line is run by one replica at a time, and a replica that dies stops renewing its leases
+and its lines go to the next claimer.  A line's result and the batch's counters are written in
+one transaction.  Failures of the server are 503 ``store_unavailable`` (``guard``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, new_request_id
+from app.stores.postgres import guard
+
+_COLUMNS = ("id, owner, key_digest, endpoint, input_file_id, created_at, expires_at, status, doc, "
+            "total, completed, failed, usage")
+
+
+def _batch(row: asyncpg.Record) -> Batch:
+    extra = orjson.loads(row["doc"])
+    return Batch(row["id"], row["owner"], row["key_digest"], row["endpoint"], row["input_file_id"],
+                 int(row["created_at"]), int(row["expires_at"]), row["status"], extra.get("metadata"),
+                 extra.get("output_expires_after"), extra.get("times", {}), extra.get("output_file_id"),
+                 extra.get("error_file_id"), extra.get("errors"), int(row["total"]),
+                 int(row["completed"]), int(row["failed"]), extra.get("model"),
+                 orjson.loads(row["usage"]), extra.get("allowed_models"))
+
+
+def _doc(batch: Batch) -> bytes:
+    return orjson.dumps({"metadata": batch.metadata, "output_expires_after": batch.output_expires_after,
+                         "times": batch.times, "output_file_id": batch.output_file_id,
+                         "error_file_id": batch.error_file_id, "errors": batch.errors,
+                         "model": batch.model, "allowed_models": batch.allowed_models})
+
+
+class PostgresBatchStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def create(self, batch: Batch) -> None:
+        async with guard():
+            await self._pool.execute(
+                f"INSERT INTO batches ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)",
+                batch.id, batch.owner, batch.key_digest, batch.endpoint, batch.input_file_id,
+                batch.created_at, batch.expires_at, batch.status, _doc(batch), batch.total,
+                batch.completed, batch.failed, orjson.dumps(batch.usage).decode())
+
+    async def get(self, batch_id: str, owner: str) -> Batch | None:
+        async with guard():
+            row = await self._pool.fetchrow(f"SELECT {_COLUMNS} FROM batches WHERE id = $1 AND owner = $2",
+                                            batch_id, owner)
+        return None if row is None else _batch(row)
+
+    async def page(self, owner: str, *, limit: int, after: str | None) -> list[Batch] | None:
+        async with guard():
+            start = 1 << 62
+            if after is not None:
+                found = await self._pool.fetchval("SELECT seq FROM batches WHERE id = $1 AND owner = $2",
+                                                  after, owner)
+                if found is None:
+                    return None
+                start = int(found)
+            rows = await self._pool.fetch(f"SELECT {_COLUMNS} FROM batches WHERE owner = $1 AND "
+                                          "seq < $2 ORDER BY seq DESC LIMIT $3", owner, start, limit)
+        return [_batch(row) for row in rows]
+
+    async def active(self) -> list[Batch]:
+        async with guard():
+            rows = await self._pool.fetch(f"SELECT {_COLUMNS} FROM batches WHERE status = ANY($1) "
+                                          "ORDER BY seq", list(ACTIVE))
+        return [_batch(row) for row in rows]
+
+    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
+        async with guard():
+            done = await self._pool.execute(
+                "UPDATE batches SET status = $1, doc = $2, total = $3 WHERE id = $4 "
+                "AND ($5::text[] IS NULL OR status = ANY($5))", batch.status, _doc(batch), batch.total,
+                batch.id, None if expect is None else list(expect))
+        return bool(done.endswith(" 1"))
+
+    async def add_lines(self, batch_id: str, lines: Sequence[Line]) -> None:
+        async with guard():
+            await self._pool.executemany(
+                "INSERT INTO batch_lines (batch_id, line, custom_id, body) VALUES ($1, $2, $3, $4)",
+                [(batch_id, ln.line, ln.custom_id, ln.body) for ln in lines])
+
+    async def clear_lines(self, batch_id: str) -> None:
+        async with guard():
+            await self._pool.execute("DELETE FROM batch_lines WHERE batch_id = $1", batch_id)
+
+    async def claim(self, batch_id: str, worker: str, n: int, *, lease: float,
+                    now: float) -> list[Line]:
+        async with guard():
+            rows = await self._pool.fetch(
+                "UPDATE batch_lines SET state = 'running', worker = $3, lease_until = $4 "
+                "WHERE (batch_id, line) IN (SELECT batch_id, line FROM batch_lines WHERE batch_id = $1 "
+                "AND ((state = 'pending' AND not_before <= $2) OR (state = 'running' AND lease_until < $2)) "
+                "ORDER BY line LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING line, custom_id, body, attempts",
+                batch_id, now, worker, now + lease, n)
+        return sorted((Line(batch_id, int(r["line"]), r["custom_id"], bytes(r["body"]), int(r["attempts"]))
+                       for r in rows), key=lambda ln: ln.line)
+
+    async def finish(self, line: Line, worker: str, result: Result,
+                     usage: Mapping[str, int]) -> bool:
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
+            done = await conn.execute(
+                "UPDATE batch_lines SET state = 'done', ok = $1, result = $2, worker = NULL "
+                "WHERE batch_id = $3 AND line = $4 AND state = 'running' AND worker = $5",
+                result.ok, orjson.dumps(result.output_line()), line.batch_id, line.line, worker)
+            if not done.endswith(" 1"):
+                return False
+            column = "completed" if result.ok else "failed"
+            await conn.execute(
+                f"UPDATE batches SET {column} = {column} + 1, usage = coalesce((SELECT jsonb_object_agg("
+                "k, coalesce((usage::jsonb ->> k)::bigint, 0) + coalesce(($2::jsonb ->> k)::bigint, 0)) "
+                "FROM jsonb_object_keys(usage::jsonb || $2::jsonb) AS k), '{}'::jsonb)::text WHERE id = $1",
+                line.batch_id, orjson.dumps(dict(usage)).decode())
+            return True
+
+    async def retry(self, line: Line, worker: str, *, not_before: float) -> None:
+        async with guard():
+            await self._pool.execute(
+                "UPDATE batch_lines SET state = 'pending', worker = NULL, lease_until = NULL, "
+                "not_before = $1, attempts = attempts + 1 WHERE batch_id = $2 AND line = $3 "
+                "AND state = 'running' AND worker = $4", not_before, line.batch_id, line.line, worker)
+
+    async def renew(self, worker: str, lines: Sequence[tuple[str, int]], *, until: float) -> None:
+        async with guard():
+            await self._pool.executemany(
+                "UPDATE batch_lines SET lease_until = $1 WHERE batch_id = $2 AND line = $3 "
+                "AND state = 'running' AND worker = $4", [(until, b, n, worker) for b, n in lines])
+
+    async def unfinished(self, batch_id: str) -> int:
+        async with guard():
+            found = await self._pool.fetchval("SELECT count(*) FROM batch_lines WHERE batch_id = $1 "
+                                              "AND state != 'done'", batch_id)
+        return int(found or 0)
+
+    async def abandon(self, batch_id: str, error: Json) -> int:
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch("SELECT line, custom_id FROM batch_lines WHERE batch_id = $1 "
+                                    "AND state != 'done' FOR UPDATE", batch_id)
+            await conn.executemany(
+                "UPDATE batch_lines SET state = 'done', ok = false, result = $1, worker = NULL "
+                "WHERE batch_id = $2 AND line = $3",
+                [(orjson.dumps(Result(r["custom_id"], new_request_id(), None, error=error).output_line()),
+                  batch_id, int(r["line"])) for r in rows])
+            await conn.execute("UPDATE batches SET failed = failed + $1 WHERE id = $2", len(rows), batch_id)
+        return len(rows)
+
+    async def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
+        last = 0
+        while True:
+            async with guard():
+                rows = await self._pool.fetch(
+                    "SELECT line, result FROM batch_lines WHERE batch_id = $1 AND state = 'done' "
+                    "AND ok = $2 AND line > $3 ORDER BY line LIMIT 500", batch_id, ok, last)
+            if not rows:
+                return
+            for row in rows:
+                data: Any = orjson.loads(row["result"])
+                response = data.get("response") or {}
+                yield Result(data["custom_id"], data["id"], response.get("status_code"),
+                             response.get("body"), data.get("error"))
+                last = int(row["line"])
+
+    async def refresh(self, batch: Batch) -> Batch:
+        async with guard():
+            row = await self._pool.fetchrow(f"SELECT {_COLUMNS} FROM batches WHERE id = $1", batch.id)
+        return batch if row is None else _batch(row)
+
+    async def close(self) -> None:
+        return None
+
