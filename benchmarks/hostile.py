@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile", description=__doc__)
     parser.add_argument("--out", default="", help="write OUT.md and OUT.json")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per request (worst reported)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the cases whose name contains this (repeatable)")
     args = parser.parse_args(argv)
     rows: list[Json] = []
     with tempfile.TemporaryDirectory() as tmp, \
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             running("streamable") as mcp_url, _gateway(fake, Path(tmp), mcp_url) as url, \
             httpx.Client(timeout=300) as client:
         for name, path, body in cases(mcp_url):
+            if args.only and not any(part.lower() in name.lower() for part in args.only):
+                continue
             def send(p: str = path, b: Json = body) -> httpx.Response:
                 return client.post(url + p, json=b)
 

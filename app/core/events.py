@@ -92,11 +92,13 @@ class HostedCallDone:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """The end; ``limit`` names the bound that ended an agentic loop early (``max_tool_calls``,
-    ``max_rounds``, ``deadline``): the answer is incomplete for that reason."""
+    ``max_rounds``, ``deadline``): the answer is incomplete for that reason.
+    ``stop_sequence``: the client's stop string that ended the answer, when one did."""
 
     reason: FinishReason
     usage: Usage
     limit: str | None = None
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

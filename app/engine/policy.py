@@ -32,6 +32,7 @@ class StopSequences:
         self._held: list[ev.TextDelta] = []
         self._held_len = 0
         self.matched = False
+        self.sequence: str | None = None  # the stop string that matched
 
     def feed(self, delta: ev.TextDelta) -> list[ev.Event]:
         """Returns text safe to emit; sets :attr:`matched` when a stop string is hit."""
@@ -45,7 +46,9 @@ class StopSequences:
         found = [(i + len(s), i) for s in self._stops if (i := text.find(s)) >= 0]
         if found:
             self.matched = True
-            return self._take(min(found)[1])
+            end, start = min(found)
+            self.sequence = text[start:end]
+            return self._take(start)
         # A delta is safe once no stop string could start inside it: it ends at least
         # ``hold`` characters before the end of what is held.
         out: list[ev.Event] = []

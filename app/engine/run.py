@@ -41,7 +41,7 @@ Sink = Callable[[Json | None], None]  # where a streamed run's payloads go (None
 END_WAIT = 12.0
 # Events of one upstream chunk arrive without a suspension between them: the loop is given back
 # every YIELD_EVERY events, so a huge chunk (a hostile or batching backend) never stalls it
-YIELD_EVERY = 128
+YIELD_EVERY = 32
 
 
 class EndNotStored(Overloaded):

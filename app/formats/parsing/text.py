@@ -3,7 +3,8 @@
 The decoder only sees text; this wrapper owns everything about chunks: completion and
 reasoning token counts, the backend's ``Finish`` (mapped to an :data:`EndKind`),
 usage that arrives in the same chunk as the finish (llama.cpp) or a later one (vLLM),
-exactly one terminal event, and the tokens' logprobs: a chunk's tokens go with the answer
+exactly one terminal event, a huge chunk's text decoded a slice at a time
+(:meth:`TextEventParser.feed_slices`), and the tokens' logprobs: a chunk's tokens go with the answer
 text the decoder released for them (held back while a marker may be forming, dropped when
 their text became reasoning, and a token whose text is not in the released answer text, a
 marker, is left out).
@@ -12,11 +13,14 @@ marker, is left out).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from app.core import events as ev
 from app.core.output import Chunk, TokenLogprob, Usage
 from app.formats.parsing.accounting import Accounting
 from app.formats.parsing.base import EndKind, TextDecoder
+
+SLICE_CHARS = 8192  # characters decoded between two chances to give the event loop back
 
 
 class TextEventParser:
@@ -42,6 +46,40 @@ class TextEventParser:
             if any(isinstance(e, ev.Error) for e in events):
                 self._done = True
                 return out
+        return self._end_chunk(chunk, out)
+
+    def feed_slices(self, chunk: Chunk, size: int = SLICE_CHARS) -> Iterator[list[ev.Event]]:
+        """:meth:`feed`, about ``size`` characters of text at a time: the events of each
+        slice as soon as it is decoded, so the caller can give the event loop back between
+        slices.  Where the chunk's logprobs spell its text, slices end on token boundaries
+        and each takes its own tokens' logprobs (otherwise they go in with the first).  The
+        token counts are the chunk's, as with :meth:`feed`."""
+        if self._done or len(chunk.text) <= size or self._decoder.stopped is not None:
+            yield self.feed(chunk)
+            return
+        n_tokens = len(chunk.token_ids) or 1
+        self._acct.completion_tokens += n_tokens
+        reasoning = False
+        out: list[ev.Event] = []
+        for i, (text, logprobs) in enumerate(_slices(chunk.text, chunk.logprobs, size)):
+            if self._decoder.stopped is not None:
+                break  # text after a stop marker is not passed in
+            if i:
+                yield out  # the previous slice's (the last one's go with the chunk's end)
+            if logprobs:
+                self._logprobs.extend(logprobs)
+            events = self._decoder.decode(text)
+            reasoning = reasoning or any(isinstance(e, ev.ReasoningDelta) for e in events)
+            out = list(self._with_logprobs(events) if self._logprobs else events)
+            if any(isinstance(e, ev.Error) for e in events):
+                self._done = True
+                break
+        if reasoning:
+            self._acct.reasoning_tokens += n_tokens
+        yield out if self._done else self._end_chunk(chunk, out)
+
+    def _end_chunk(self, chunk: Chunk, out: list[ev.Event]) -> list[ev.Event]:
+        """The chunk's usage and finish, after its text (``out``: the events of that)."""
         if chunk.usage is not None:
             self._acct.backend = chunk.usage
         if chunk.finish is not None:
@@ -97,3 +135,26 @@ class TextEventParser:
             out.append(ev.Error("The backend stream ended before the model finished its "
                                 "answer (no stop marker).", code="stream_truncated"))
         return reason
+
+
+def _slices(text: str, logprobs: tuple[TokenLogprob, ...] | None, size: int,
+            ) -> list[tuple[str, tuple[TokenLogprob, ...] | None]]:
+    """``text`` in pieces of about ``size`` characters, each with the logprobs of its tokens:
+    cut on token boundaries where the tokens spell the text, else every ``size`` characters
+    with all the logprobs on the first piece."""
+    if not logprobs or "".join(lp.token for lp in logprobs) != text:
+        return [(text[i:i + size], logprobs if i == 0 else None) for i in range(0, len(text), size)]
+    pieces: list[tuple[str, tuple[TokenLogprob, ...] | None]] = []
+    start = end = first = 0
+    for i, lp in enumerate(logprobs):
+        end += len(lp.token)
+        if end - start >= size:
+            pieces.append((text[start:end], logprobs[first:i + 1]))
+            start, first = end, i + 1
+    if first < len(logprobs):  # the rest (its text may be empty: tokens without text)
+        if start < len(text) or not pieces:
+            pieces.append((text[start:], logprobs[first:]))
+        else:
+            last_text, last_lps = pieces[-1]
+            pieces[-1] = (last_text, (*(last_lps or ()), *logprobs[first:]))
+    return pieces
