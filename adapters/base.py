@@ -137,7 +137,11 @@ def status_error(status: int, body: bytes, headers: httpx.Headers) -> GatewayErr
             err_type = str(parsed["error"].get("type", ""))
     except orjson.JSONDecodeError:
         pass
-    if err_type == "exceed_context_size_error" or "context length" in message.lower():
+    # llama.cpp answers an embedding input longer than its batch with a 500 "input (N tokens)
+    # is too large to process": the input is too long, not the server failing
+    lowered = message.lower()
+    if (err_type == "exceed_context_size_error" or "context length" in lowered
+            or "too large to process" in lowered):
         return ContextLengthExceeded(f"The prompt does not fit the model's context: {message}",
                                      param="messages")
     if status == 429:

@@ -33,7 +33,7 @@ from adapters.openai_chat import OpenAIChatBackend, OpenAIChatDialect, api_root
 from adapters.transport import Dialect, Framing, HttpBackend, any_healthy
 from adapters.vllm import VLLMBackend, VLLMDialect, VLLMReader
 from app.core.conversation import GenerationParams
-from app.core.errors import GatewayError, InvalidRequest, UpstreamError
+from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk, Finish, StopKind, Usage
 from app.core.prompt import Prompt
 
@@ -221,11 +221,17 @@ class Passthrough:
 
     async def embed(self, inputs: list[str] | list[list[int]], dimensions: int | None,
                     ) -> Embeddings:
+        """Vectors in input order; an input longer than the model takes is a 400
+        ``context_length_exceeded`` naming ``input``."""
         body: dict[str, Any] = {"model": self.model, "input": inputs, "encoding_format": "float"}
         if dimensions is not None:
             body["dimensions"] = dimensions
-        return openai_embeddings(await self._post(self.embeddings_path, body, "embeddings"),
-                                 len(inputs), self.dialect.label)
+        try:
+            answer = await self._post(self.embeddings_path, body, "embeddings")
+        except ContextLengthExceeded as exc:
+            raise ContextLengthExceeded(exc.message.replace("The prompt", "An input", 1),
+                                        param="input") from None
+        return openai_embeddings(answer, len(inputs), self.dialect.label)
 
     embeddings_path = "/v1/embeddings"
 

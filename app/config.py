@@ -71,6 +71,11 @@ class ModelConfig(_Strict):
     # in /props (model_path) when this process can read it, else a shape-based check.
     gguf: str | None = None
     owned_by: str = "ocm-gateway"
+    # "embedding": the model only embeds (/v1/embeddings, [knowledge]); a generation request
+    # (chat, responses, messages, completions) naming it is a 400 before any backend is asked
+    kind: Literal["chat", "embedding"] = "chat"
+    # other names of this model for the Messages API, like an [aliases] entry each
+    aliases: list[str] = []
     defaults: ModelDefaults = ModelDefaults()
     harmony: HarmonySettings = HarmonySettings()
     template: TemplateSettings = TemplateSettings()
@@ -132,6 +137,17 @@ class StoreSettings(_Strict):
     response_ttl_seconds: float | None = Field(default=None, gt=0)
     conversation_ttl_seconds: float | None = Field(default=None, gt=0)
     cleanup_seconds: float = Field(default=3600.0, gt=0)
+
+
+class MediaSettings(_Strict):
+    """Images and documents a request names by URL (the Messages API's ``url`` sources): fetched
+    only from these prefixes (SSRF: the default names none, and a URL source is a 400)."""
+
+    allowed_urls: list[str] = []
+    # a name in allowed_urls that resolves to a loopback / private / link-local address is
+    # refused unless this says the operator's names are meant to be internal
+    allow_private_names: bool = False
+    fetch_timeout: float = Field(default=10.0, gt=0, le=120)  # the whole fetch of one URL
 
 
 class FilesSettings(_Strict):
@@ -374,6 +390,7 @@ class GatewayConfig(_Strict):
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     files: FilesSettings = FilesSettings()
+    media: MediaSettings = MediaSettings()
     batches: BatchSettings = BatchSettings()
     auth: AuthSettings = AuthSettings()
     limits: LimitSettings = LimitSettings()
@@ -393,6 +410,11 @@ class GatewayConfig(_Strict):
 
     @model_validator(mode="after")
     def _aliases_name_models(self) -> GatewayConfig:
+        for name, model in self.models.items():  # per-model aliases = [...] join [aliases]
+            for alias in model.aliases:
+                if self.aliases.get(alias, name) != name:
+                    raise ValueError(f"alias {alias!r} names both {self.aliases[alias]!r} and {name!r}")
+                self.aliases[alias] = name
         for alias, target in self.aliases.items():
             if target not in self.models:
                 raise ValueError(f"[aliases] {alias!r} names model {target!r}, which is not configured")

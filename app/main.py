@@ -107,7 +107,7 @@ def create_app(config: GatewayConfig | None = None,
             engine.mirror = signals.mirror
         app.state.conversations = app.state.responses.conversations
         app.state.responses.files = app.state.conversations.files = stores.files
-        knowledge = await open_knowledge(stores, cfg, lambda model: registry.route(model).backend)
+        knowledge = await open_knowledge(stores, cfg, lambda model: registry.lookup(model).backend)
         app.state.knowledge = knowledge  # /v1/vector_stores (app/knowledge/service.py)
         app.state.responses.knowledge = knowledge  # file_search (app/tools/file_search.py)
         knowledge.start()  # vector-store ingestion and expiry, in the background (app/knowledge/ingest.py)
@@ -206,7 +206,9 @@ def create_app(config: GatewayConfig | None = None,
 def _batch_runner(app: FastAPI, cfg: GatewayConfig, admission: Admission,
                   registry: Registry) -> BatchRunner | None:
     """The batch worker: at most ``[batches] share`` of the generation slots, no new line while
-    interactive requests queue, each line through the app's own route as the batch's key."""
+    interactive requests queue or would find fewer than ``reserve`` slots free (the last
+    ``min(share, 1 - share)`` of ``max_inflight`` are interactive ones), each line through the
+    app's own route as the batch's key."""
     b = cfg.batches
     if not b.enabled:
         return None
@@ -218,9 +220,12 @@ def _batch_runner(app: FastAPI, cfg: GatewayConfig, admission: Admission,
                               poll_seconds=b.poll_seconds, lease_seconds=b.lease_seconds,
                               max_attempts=b.max_attempts, backoff_seconds=b.backoff_seconds,
                               max_lines=b.max_lines, max_line_bytes=cfg.limits.max_body_bytes)
+    reserve = min(settings.slots, admission.max_inflight - settings.slots)
     return BatchRunner(app.state.batches, app.state.files.store, dispatch,
                        known_model=lambda model: registry.canonical(model) in registry.routes,
-                       busy=lambda: admission.queued > 0, settings=settings)
+                       busy=lambda: (admission.queued > 0
+                                     or admission.max_inflight - admission.inflight <= reserve),
+                       settings=settings)
 
 
 def create_app_from_env() -> FastAPI:

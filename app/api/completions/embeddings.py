@@ -45,7 +45,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     400 ``unsupported_endpoint`` naming ``model``."""
     registry: Registry = request.app.state.registry
     check_model(request, body.model)
-    route = registry.route(body.model)
+    route = registry.lookup(body.model)  # a model of any kind: chat models embed too
     try:
         items = prompts(body.input)
     except InvalidRequest as exc:

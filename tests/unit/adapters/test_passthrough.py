@@ -1,10 +1,12 @@
-"""adapters/passthrough.py: each backend's client-prompt request body and stream reader."""
+"""adapters/passthrough.py: each backend's client-prompt request body and stream reader, and
+embeddings' errors (adapters/base.py ``status_error``: llama.cpp's over-long input)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
+from adapters.base import status_error
 from adapters.llamacpp import LlamaCppBackend
 from adapters.ollama import OllamaBackend
 from adapters.openai_chat import OpenAIChatBackend
@@ -19,7 +21,7 @@ from adapters.passthrough import (
 )
 from adapters.vllm import VLLMBackend
 from app.core.conversation import GenerationParams
-from app.core.errors import InvalidRequest, UpstreamError
+from app.core.errors import ContextLengthExceeded, InvalidRequest, UpstreamError
 from app.core.output import Finish
 from app.core.prompt import Prompt
 from tests.support.wire import load
@@ -93,3 +95,44 @@ def test_openai_embeddings_are_checked() -> None:
                 {"data": [{"index": 0, "embedding": [True]}]}):
         with pytest.raises(UpstreamError):
             openai_embeddings(bad, 1, "x")
+
+
+# Recorded from llama.cpp (xllamacpp 2026.10.11549) serving all-MiniLM-L6-v2 as `serve --embedded`
+# does (512-token batch), for one input of 602 tokens: a 500, though the input is at fault.
+TOO_LARGE = (b'{"error":{"code":500,"message":"input (602 tokens) is too large to process. increase '
+             b'the physical batch size (current batch size: 512)","type":"server_error"}}')
+VLLM_TOO_LONG = {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                 "message": "This model's maximum context length is 512 tokens. However, you "
+                            "requested 602 tokens in the input for embedding generation."}
+
+
+def test_llama_cpp_too_large_to_process_is_a_context_length_400() -> None:
+    error = status_error(500, TOO_LARGE, httpx.Headers({"content-type": "application/json"}))
+    assert isinstance(error, ContextLengthExceeded) and error.status == 400
+    assert error.code == "context_length_exceeded" and "602 tokens" in error.message
+    # any other 500 of llama.cpp stays the backend's failure
+    other = status_error(500, b'{"error":{"code":500,"message":"failed to decode","type":"server_error"}}',
+                         httpx.Headers())
+    assert type(other) is UpstreamError and other.status == 502
+
+
+@pytest.mark.parametrize(("backend", "answer"), [
+    ("llamacpp", httpx.Response(500, content=TOO_LARGE, headers={"content-type": "application/json"})),
+    ("vllm", httpx.Response(400, json=VLLM_TOO_LONG)),
+])
+async def test_an_over_long_embedding_input_is_a_400_naming_input(backend: str, answer: httpx.Response,
+                                                                   ) -> None:
+    calls: list[str] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return answer
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    made = LlamaCppBackend(client, ["http://l"]) if backend == "llamacpp" else \
+        VLLMBackend(client, ["http://v"], "tiny")
+    with pytest.raises(ContextLengthExceeded) as raised:
+        await passthrough(made).embed(["word " * 600], None)
+    assert raised.value.status == 400 and raised.value.param == "input"
+    assert raised.value.message.startswith("An input does not fit the model's context")
+    assert calls == ["/v1/embeddings"]  # deterministic: asked once

