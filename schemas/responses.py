@@ -205,6 +205,27 @@ class WebSearchCallItem(_Wire):
     error: str | None = Field(default=None, alias="ocm:error", max_length=65536)
 
 
+class FileSearchResult(_Wire):
+    file_id: str | None = Field(default=None, max_length=256)
+    filename: str | None = Field(default=None, max_length=4096)
+    score: float | None = None
+    text: str | None = Field(default=None, max_length=1 << 20)
+    attributes: dict[str, str | float | bool] | None = None
+
+
+class FileSearchCallItem(_Wire):
+    """A ``file_search`` call the gateway ran (app/tools/file_search.py); ``ocm:output`` is
+    what the model read (a later turn re-renders it), ``results`` only with ``include``."""
+
+    type: Literal["file_search_call"]
+    id: str = Field(min_length=1, max_length=128)
+    queries: list[str] = Field(default=[], max_length=64)
+    status: str | None = None
+    results: list[FileSearchResult] | None = Field(default=None, max_length=1024)
+    output: str | None = Field(default=None, alias="ocm:output", max_length=1 << 20)
+    error: str | None = Field(default=None, alias="ocm:error", max_length=65536)
+
+
 class CodeInterpreterOutput(_Wire):
     type: Literal["logs", "image"]
     logs: str | None = Field(default=None, max_length=1 << 20)
@@ -259,6 +280,7 @@ InputItem = Annotated[
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
     | Annotated[WebSearchCallItem, Tag("web_search_call")]
+    | Annotated[FileSearchCallItem, Tag("file_search_call")]
     | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),

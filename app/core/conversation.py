@@ -75,7 +75,8 @@ class FunctionTool:
     strict: bool | None = None
     namespace: str | None = None
     # "browser" / "python": a gateway-run tool that stands for gpt-oss's built-in tool of that
-    # name (Harmony shows the built-in in the system message; other formats a function)
+    # name (Harmony shows the built-in in the system message; other formats a function);
+    # "file_search": shown in the system message the same way, as a namespace of its functions
     builtin: str | None = None
 
     @property

@@ -11,7 +11,7 @@ said): of the context (``previous_response_id``'s input and output, then ``input
   user message), so an agent in the middle of a tool loop can continue: function and custom
   tool calls and outputs, and the hosted tools' items (``mcp_call``, an
   ``mcp_approval_request`` waiting for its answer and the answer, ``web_search_call``,
-  ``code_interpreter_call``);
+  ``file_search_call``, ``code_interpreter_call``);
 * the latest ``mcp_list_tools`` of each MCP server is kept wherever it is (a server is
   listed once per conversation).
 
@@ -38,7 +38,8 @@ PURPOSE = "compaction"
 
 LATEST_TURN = frozenset({
     "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "mcp_call",
-    "mcp_approval_request", "mcp_approval_response", "web_search_call", "code_interpreter_call"})
+    "mcp_approval_request", "mcp_approval_response", "web_search_call", "file_search_call",
+    "code_interpreter_call"})
 
 
 def kept_items(context: list[Json]) -> list[Json]:

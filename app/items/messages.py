@@ -6,8 +6,8 @@ conversations keep and what ``previous_response_id`` chains: context = previous 
 previous output + new input.  :func:`items_to_messages` folds consecutive assistant-side
 items (reasoning, assistant messages, function calls) into one internal assistant
 :class:`Message`, the shape the renderers expect; hosted-tool items (``mcp_call``,
-``web_search_call``, ``code_interpreter_call``) come back as the calls they were, with what
-is kept of their results.
+``web_search_call``, ``file_search_call``, ``code_interpreter_call``) come back as the calls
+they were, with what is kept of their results.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from app.core.shed import shed
 from app.formats.harmony.text import check_runs
 from app.items.names import custom_arguments, model_name
 from app.items.validate import check_call_id, check_function_name
-from app.tools import code, web
+from app.tools import code, file_search, web
 from schemas import responses as wire
 
 _ITEMS = TypeAdapter(list[wire.InputItem])
@@ -131,6 +131,18 @@ def _web_call(item: wire.WebSearchCallItem) -> tuple[str, str, str]:
     return name, arguments, result
 
 
+def _file_search_result(item: wire.FileSearchCallItem) -> str:
+    """What the model read of a ``file_search_call``: its ``ocm:output`` / ``ocm:error``; an
+    item without them (another server's, or sent by a client) shows its results, if any."""
+    if item.output is not None:
+        return item.output
+    if item.error is not None:
+        return f"Error: {item.error}"
+    results = [f"# {r.filename or r.file_id or '(unnamed)'}\n{r.text or ''}" for r in item.results or []]
+    return "File search results (earlier):\n" + "\n\n".join(results) if results else (
+        "Searched earlier; the results are not kept.")
+
+
 def _mcp_error(error: str | dict[str, Any]) -> str:
     """An ``mcp_call``'s error as the model read it (OpenAI's structured error: its message,
     or its content's text)."""
@@ -225,6 +237,13 @@ def items_to_messages(items: list[dict[str, Any]], first_input: int = 0,
             asst.calls.append(ToolCall(item.id, name, arguments))
             asst.flush(out)
             out.append(Message("tool", (TextPart(result),), tool_call_id=item.id, source=at))
+        elif isinstance(item, wire.FileSearchCallItem):
+            # msearch as it was called, and what the model read (ocm:output), else the results
+            arguments = json.dumps({"queries": item.queries}, ensure_ascii=False)
+            asst.calls.append(ToolCall(item.id, file_search.MSEARCH, arguments))
+            asst.flush(out)
+            out.append(Message("tool", (TextPart(_file_search_result(item)),), tool_call_id=item.id,
+                               source=at))
         elif isinstance(item, wire.CodeInterpreterCallItem):
             asst.calls.append(ToolCall(item.id, code.NAME, json.dumps({"code": item.code or ""},
                                                                       ensure_ascii=False)))

@@ -3,9 +3,11 @@
 * :func:`validate_response`, :func:`validate_event`, :func:`validate_error_body` — JSON Schema
   (2020-12) validation against ``tests/fixtures/openresponses/openapi.json`` (2026-04-24).
 * Hosted-tool items, tools and events that OpenAI's API defines and the Open Responses
-  document does not (``mcp_*``, ``web_search_call``, ``code_interpreter_call``; see issue 27:
-  the gateway emits OpenAI's types for them, not implementor-prefixed ones) are validated with
-  the OpenAI SDK's own types instead; everything else against the document.
+  document does not (``mcp_*``, ``web_search_call``, ``file_search_call``,
+  ``code_interpreter_call``; see issue 27: the gateway emits OpenAI's types for them, not
+  implementor-prefixed ones), and messages / events carrying OpenAI's ``file_citation``
+  annotation (the document knows only ``url_citation``), are validated with the OpenAI SDK's
+  own types instead; everything else against the document.
 * :func:`check_stream` — the stream-order rules of the spec: sequence numbers, SSE names,
   created / in_progress first, one terminal event last, per-item and per-content-part
   lifecycles, deltas that add up to their ``.done`` texts, terminal statuses, and a final
@@ -66,10 +68,11 @@ def _event_schemas() -> dict[str, str]:
 # (with OpenAI's custom and namespace tools and the custom tool calls, which the document
 # does not define either)
 HOSTED_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response",
-                "web_search_call", "code_interpreter_call", "custom_tool_call")
-HOSTED_TOOLS = ("mcp", "web_search", "web_search_preview", "code_interpreter", "custom", "namespace")
-HOSTED_EVENTS = ("response.mcp_", "response.web_search_call.", "response.code_interpreter_call",
-                 "response.custom_tool_call_input.")
+                "web_search_call", "file_search_call", "code_interpreter_call", "custom_tool_call")
+HOSTED_TOOLS = ("mcp", "web_search", "web_search_preview", "code_interpreter", "file_search", "custom",
+                "namespace")
+HOSTED_EVENTS = ("response.mcp_", "response.web_search_call.", "response.file_search_call.",
+                 "response.code_interpreter_call", "response.custom_tool_call_input.")
 _OPENAI_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 _OPENAI_TOOL: TypeAdapter[Any] = TypeAdapter(Tool)
 _OPENAI_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -80,6 +83,21 @@ def _openai(adapter: TypeAdapter[Any], value: Json) -> None:
     assert getattr(parsed, "type", None) == value["type"], f"the SDK read {value['type']!r} as another type"
 
 
+def _cites_files(value: Any) -> bool:
+    return '"file_citation"' in json.dumps(value)
+
+
+def _without_file_citations(item: Json) -> Json:
+    """A message checked with the SDK's types, then without its ``file_citation`` annotations."""
+    if item.get("type") != "message" or not _cites_files(item):
+        return item
+    _openai(_OPENAI_ITEM, item)
+    content = [{**p, "annotations": [a for a in p["annotations"] if a.get("type") != "file_citation"]}
+               if isinstance(p, dict) and isinstance(p.get("annotations"), list) else p
+               for p in item.get("content") or []]
+    return {**item, "content": content}
+
+
 def _standard(body: Json) -> Json:
     """``body`` without its hosted-tool items and tools, which are checked with the SDK's types."""
     output, tools = body.get("output"), body.get("tools")
@@ -88,7 +106,8 @@ def _standard(body: Json) -> Json:
         hosted = [i for i in output if isinstance(i, dict) and i.get("type") in HOSTED_ITEMS]
         for item in hosted:
             _openai(_OPENAI_ITEM, item)
-        rest["output"] = [i for i in output if not any(i is h for h in hosted)]
+        rest["output"] = [_without_file_citations(i) if isinstance(i, dict) else i
+                          for i in output if not any(i is h for h in hosted)]
     if isinstance(tools, list):
         hosted_tools = [t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS]
         for tool in hosted_tools:
@@ -107,7 +126,8 @@ def validate_response(body: Json) -> None:
 def validate_event(event: Json) -> None:
     kind = str(event.get("type", ""))
     item = event.get("item")
-    if kind.startswith(HOSTED_EVENTS) or (isinstance(item, dict) and item.get("type") in HOSTED_ITEMS):
+    if kind.startswith(HOSTED_EVENTS) or (isinstance(item, dict) and item.get("type") in HOSTED_ITEMS) or (
+            "response" not in event and _cites_files(event)):
         _openai(_OPENAI_EVENT, event)
         return
     name = _event_schemas().get(kind)

@@ -30,6 +30,9 @@ construction the fold of the events.  Item mapping:
   when it has run (``.completed``); its ``action`` is the tool's own account, its sources only
   with ``include``.  An answer naming a URL the search showed gets ``url_citation``
   annotations (``response.output_text.annotation.added``).
+* file search (:mod:`app.tools.file_search`): an ``msearch`` call → ``file_search_call``, added
+  once its arguments are complete (``.in_progress`` / ``.searching``, then ``.completed``); an
+  answer citing a result gets a ``file_citation`` annotation.
 * code interpreter (:mod:`app.tools.code`): a ``python`` call → ``code_interpreter_call``
   (``.in_progress``, ``response.code_interpreter_call_code.delta`` / ``.done`` with the whole
   code, ``.interpreting``, then ``.completed`` with its ``logs`` output).
@@ -56,6 +59,7 @@ from app.core.output import Usage
 from app.items.names import custom_input
 
 Json = dict[str, Any]
+DEFERRED = ("web_search", "code_interpreter", "file_search")  # items added once their arguments are whole
 
 
 def usage_body(usage: Usage) -> Json:
@@ -95,7 +99,7 @@ class ResponsesEncoder:
                  seal: Callable[[str], str] | None = None,
                  tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
                  list_items: Sequence[Json] = (), cite: Callable[[str], list[Json]] | None = None,
-                 sources: bool = False, container_id: str = "") -> None:
+                 sources: bool = False, container_id: str = "", results: bool = False) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
@@ -106,7 +110,8 @@ class ResponsesEncoder:
         (:meth:`~app.tools.web.WebSearchToolbox.citations`: ``url_citation`` annotations);
         ``sources``: ``web_search_call`` actions keep
         their sources (``include: ["web_search_call.action.sources"]``); ``container_id``: the
-        code interpreter's container of this response."""
+        code interpreter's container of this response; ``results``: ``file_search_call`` items
+        keep their results (``include: ["file_search_call.results"]``)."""
         self._resource = resource
         self._dialect = dialect
         self._seal = seal
@@ -114,7 +119,8 @@ class ResponsesEncoder:
         self._summary = summary
         self._seq = 0
         self._open: _Open | None = None
-        self._hosted = HostedItems(self._event, resource["output"], list_items, sources, container_id)
+        self._hosted = HostedItems(self._event, resource["output"], list_items, sources, container_id,
+                                   results)
         self._cite = cite
         self.terminal = False
 
@@ -209,11 +215,13 @@ class ResponsesEncoder:
             return []
         item, idx, text = cur.item, cur.index, "".join(cur.text)
         events: list[Json] = []
-        if cur.kind in ("web_search", "code_interpreter"):
+        if cur.kind in DEFERRED:
             if status != "completed":
                 return []
             if cur.kind == "code_interpreter":
                 return self._hosted.code_added(item["call_id"], text)
+            if cur.kind == "file_search":
+                return self._hosted.files_added(item["call_id"], text)
             return self._hosted.web_added(item["call_id"], item["name"], text)
         if cur.kind == "tool":
             item["arguments"] = text
@@ -282,7 +290,7 @@ class ResponsesEncoder:
         cur = self._open
         assert cur is not None
         cur.text.append(text)
-        if cur.kind in ("custom", "mcp_approval", "web_search", "code_interpreter"):  # no deltas on the wire
+        if cur.kind in ("custom", "mcp_approval", *DEFERRED):  # no deltas on the wire
             return []
         item_id, idx = cur.item["id"], cur.index
         if cur.kind == "tool":
@@ -321,7 +329,7 @@ class ResponsesEncoder:
         if isinstance(event, ev.ToolCallStarted):
             tool = self._tools.get(event.name)
             kind = "tool" if tool is None or tool.kind == "function" else tool.kind
-            if kind in ("web_search", "code_interpreter"):  # announced once its arguments are whole
+            if kind in DEFERRED:  # announced once its arguments are whole
                 events = self._close("completed")
                 self._open = _Open(kind, -1, {"call_id": event.call_id, "name": event.name})
                 return events

@@ -6,6 +6,12 @@ search (3 / 5 / 8), ``filters.allowed_domains`` the domains searched and opened;
 ``user_location`` is accepted and not used (the offline index has no locality).
 ``{"type": "code_interpreter", "container": {"type": "auto"}}`` (when the operator configured
 the sandbox) becomes a :class:`~app.tools.code.CodeToolbox` with a fresh container.
+``{"type": "file_search", "vector_store_ids": [...], "max_num_results", "filters",
+"ranking_options"}`` (when the gateway has vector stores) becomes a
+:class:`~app.tools.file_search.FileSearchToolbox` over the caller's stores: its options are
+checked here (a 400 naming them), and, when the knowledge facade can check a search
+(:class:`~app.tools.file_search.SearchCheck`), so are the stores (another key's store is a 404
+exactly like a missing one) and the filters, before any output.
 
 ``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
 the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
@@ -25,19 +31,22 @@ that approves one which has not run yet makes it the first thing the next respon
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.api.responses.tools import RequestTools, WireTool
 from app.config import ToolSettings
 from app.core.conversation import ToolCall
-from app.core.errors import InvalidRequest
+from app.core.errors import GatewayError, InvalidRequest
 from app.core.ids import random_id
-from app.tools import egress, web
+from app.knowledge.filters import parse as parse_filters
+from app.knowledge.ranking import parse_ranking_options
+from app.tools import egress, file_search, web
 from app.tools.base import Toolbox, Toolboxes
 from app.tools.browser import Browser, earlier_cursors
 from app.tools.code import CodeToolbox, Sandbox
+from app.tools.file_search import FileSearchToolbox, SearchCheck, VectorSearch
 from app.tools.mcp import ListedTool, McpServer, McpSession, McpToolbox, model_name
 from app.tools.search import SearchProvider
 from app.tools.web import WebSearchToolbox
@@ -58,6 +67,20 @@ class Hosted:
     approved: tuple[tuple[ToolCall, str], ...] = ()
     browser: WebSearchToolbox | None = None
     container_id: str = ""  # the code interpreter's container, when it is offered
+    files: FileSearchToolbox | None = None  # file_search, when it is offered (its citations)
+
+    def citations(self) -> Callable[[str], list[Json]] | None:
+        """The annotations of an answer's text, in the order they appear: web search's
+        ``url_citation`` s and file search's ``file_citation`` s; None without either tool."""
+        boxes = [b.citations for b in (self.browser, self.files) if b is not None]
+        if not boxes:
+            return None
+
+        def cite(text: str) -> list[Json]:
+            notes = [note for box in boxes for note in box(text)]
+            return sorted(notes, key=lambda a: int(a.get("start_index", a.get("index", 0))))
+
+        return cite
 
     def forced(self, choice: Any) -> tuple[str, ...]:
         """The model-facing names a hosted ``tool_choice`` forces."""
@@ -67,7 +90,7 @@ class Hosted:
             name = getattr(choice, "name", None)
             return tuple(n for n, t in self.wire.items() if t.kind in ("mcp", "mcp_approval")
                          and t.namespace == label and (name is None or t.name == name))
-        wanted = "code_interpreter" if kind == "code_interpreter" else "web_search"
+        wanted = kind if kind in ("code_interpreter", "file_search") else "web_search"
         return tuple(n for n, t in self.wire.items() if t.kind == wanted)
 
 
@@ -88,6 +111,47 @@ def _web(param: Json, search: SearchProvider, settings: ToolSettings,
                              "live web.", param="tools.external_web_access")
     return WebSearchToolbox(search, web.RESULTS[size], tuple(domains or ()), settings.max_output_chars,
                             Browser(earlier_cursors(context)))  # cursors go on after the earlier ones
+
+
+def _files(param: Json, where: str, knowledge: VectorSearch, owner: str, settings: ToolSettings,
+           context: Sequence[Json]) -> FileSearchToolbox:
+    ids = param.get("vector_store_ids")
+    if ids is None:
+        raise InvalidRequest("file_search needs vector_store_ids.", param=f"{where}.vector_store_ids",
+                             code="missing_required_parameter")
+    if (not isinstance(ids, list) or not 1 <= len(ids) <= file_search.MAX_STORES
+            or not all(isinstance(i, str) and 0 < len(i) <= 128 for i in ids)):
+        raise InvalidRequest(f"vector_store_ids must be a list of 1 to {file_search.MAX_STORES} vector "
+                             "store ids.", param=f"{where}.vector_store_ids")
+    limit = param.get("max_num_results", file_search.DEFAULT_RESULTS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= file_search.MAX_RESULTS:
+        raise InvalidRequest(f"max_num_results must be an integer from 1 to {file_search.MAX_RESULTS}.",
+                             param=f"{where}.max_num_results")
+    filters, ranking = param.get("filters"), param.get("ranking_options")
+    if filters is not None:  # checked now (a 400 naming the part), searched as sent
+        parse_filters(filters, f"{where}.filters")
+    parse_ranking_options(ranking, f"{where}.ranking_options")
+    return FileSearchToolbox(knowledge, owner, tuple(dict.fromkeys(ids)), limit, filters, ranking,
+                             settings.max_output_chars, file_search.earlier_displays(context))
+
+
+def _where(tools: RequestTools) -> str:
+    """``tools[i]`` of the request's file_search tool."""
+    return f"tools[{next(i for i, e in enumerate(tools.echo) if e is tools.file_search)}]"
+
+
+async def _check_files(box: FileSearchToolbox, where: str) -> None:
+    """The stores and filters checked by the facade, when it can (else the calls find out)."""
+    if not isinstance(box.knowledge, SearchCheck):
+        return
+    try:
+        await box.knowledge.check_search(box.owner, box.vector_store_ids, filters=box.filters,
+                                         ranking_options=box.ranking_options)
+    except GatewayError as exc:  # the facade names its own parameters: name the tool's
+        if exc.param is not None and not exc.param.startswith("tools"):
+            param = "vector_store_ids[0]" if exc.param == "vector_store_id" else exc.param
+            exc.param = f"{where}.{param}"
+        raise
 
 
 def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServer:
@@ -156,10 +220,10 @@ def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolC
 
 
 def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider | None,
-           sandbox: Sandbox | None, context: Sequence[Json],
-           ) -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
-    """The hosted tools that need no connection: web search and the code interpreter (and a
-    :class:`Hosted` holding what the encoder needs of them)."""
+           sandbox: Sandbox | None, context: Sequence[Json], knowledge: VectorSearch | None = None,
+           owner: str = "") -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
+    """The hosted tools that need no connection: web search, the code interpreter and file
+    search (and a :class:`Hosted` holding what the encoder needs of them)."""
     boxes: list[Toolbox] = []
     seen = Hosted(Toolboxes([]))
     wires: dict[str, WireTool] = {}
@@ -173,6 +237,12 @@ def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider |
         seen.container_id = box.container_id
         boxes.append(box)
         wires.update({f.name: WireTool("code_interpreter", f.name) for f in box.functions})
+    if tools.file_search is not None and knowledge is not None:
+        files = _files(tools.file_search, _where(tools), knowledge, owner, settings, context)
+        seen.files = files
+        boxes.append(files)
+        wires.update({f.name: WireTool("file_search", f.name, file_search.NAMESPACE)
+                      for f in files.functions})
     taken = sorted(name for name in wires if name in tools.wire)
     if taken:
         raise InvalidRequest(f"A function of this request has the name of a hosted tool's function "
@@ -182,17 +252,20 @@ def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider |
 
 async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
                       search: SearchProvider | None = None, sandbox: Sandbox | None = None,
-                      ) -> Hosted | None:
+                      knowledge: VectorSearch | None = None, owner: str = "") -> Hosted | None:
     """The request's hosted tools: MCP servers connected and listed, web search, the code
-    interpreter; None when it has none."""
-    boxes, wires, seen = _local(tools, settings, search, sandbox, context)
+    interpreter, file search over ``owner``'s vector stores; None when it has none."""
+    boxes, wires, seen = _local(tools, settings, search, sandbox, context, knowledge, owner)
+    if seen.files is not None:
+        await _check_files(seen.files, _where(tools))
     if not tools.mcp:
         if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
             raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "
                                  "mcp tools to run it.", param="tools")
         if not boxes:
             return None
-        return Hosted(Toolboxes(boxes), dict(wires), browser=seen.browser, container_id=seen.container_id)
+        return Hosted(Toolboxes(boxes), dict(wires), browser=seen.browser, container_id=seen.container_id,
+                      files=seen.files)
     servers: list[McpServer] = []
     positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
     cap = settings.mcp.max_tools_per_request
@@ -239,7 +312,8 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
                      settings.call_timeout)
     toolbox = Toolboxes([mcp, *boxes])
     try:
-        hosted = Hosted(toolbox, dict(wires), browser=seen.browser, container_id=seen.container_id)
+        hosted = Hosted(toolbox, dict(wires), browser=seen.browser, container_id=seen.container_id,
+                        files=seen.files)
         for fn in mcp.functions:
             if fn.name in tools.wire or fn.name in hosted.wire:
                 raise InvalidRequest(f"The MCP tool {fn.name!r} has the name of another tool of this "

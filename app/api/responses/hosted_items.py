@@ -9,6 +9,10 @@ tools the gateway runs, which stay open while the tool runs.
   ``action`` needs them): ``response.web_search_call.in_progress`` and ``.searching``, then
   ``.completed`` with the action the tool reports (its sources only with ``include``) and
   the text the model read (``ocm:output``; a failed call's ``ocm:error``);
+* a ``file_search_call`` likewise (its ``queries`` are the model's arguments):
+  ``response.file_search_call.in_progress`` and ``.searching``, then ``.completed`` with the
+  queries run, the ``results`` only with ``include: ["file_search_call.results"]``, and the
+  text the model read (``ocm:output``; a failed call's ``ocm:error``, status ``failed``);
 * a ``code_interpreter_call`` likewise: its whole code (``..._code.delta`` / ``.done``), then
   ``.interpreting`` while it runs, ``.completed`` with its ``logs``, the pictures the code
   wrote as ``image`` outputs and every file it wrote in ``ocm:files`` (:mod:`app.tools.code`);
@@ -22,19 +26,21 @@ from typing import Any
 
 from app.core import events as ev
 from app.core.ids import random_id
-from app.tools import code, mcp, web
+from app.tools import code, file_search, mcp, web
 
 Json = dict[str, Any]
 
 
 class HostedItems:
     def __init__(self, emit: Callable[..., Json], output: list[Json], list_items: Sequence[Json],
-                 sources: bool, container_id: str = "") -> None:
-        """``emit(type, **fields)`` numbers an event; ``output`` is the response's output list."""
+                 sources: bool, container_id: str = "", results: bool = False) -> None:
+        """``emit(type, **fields)`` numbers an event; ``output`` is the response's output list;
+        ``sources`` / ``results``: web search's sources and file search's results are shown."""
         self._emit = emit
         self._output = output
         self._list_items = list_items
         self._sources = sources
+        self._results = results
         self.container_id = container_id  # the response's code interpreter container
         self._pending: dict[str, tuple[int, Json]] = {}  # call id → (output index, item)
 
@@ -70,6 +76,18 @@ class HostedItems:
                 self._emit("response.web_search_call.in_progress", item_id=item["id"], output_index=index),
                 self._emit("response.web_search_call.searching", item_id=item["id"], output_index=index)]
 
+    def files_added(self, call_id: str, arguments: str) -> list[Json]:
+        item: Json = {"id": random_id("fs_"), "type": "file_search_call", "status": "in_progress",
+                      "queries": file_search.queries_of(arguments), "results": None}
+        index = len(self._output)
+        self._output.append(item)
+        self._pending[call_id] = (index, item)
+        at = {"item_id": item["id"], "output_index": index}
+        events = [self._emit("response.output_item.added", output_index=index, item=dict(item)),
+                  self._emit("response.file_search_call.in_progress", **at)]
+        item["status"] = "searching"
+        return [*events, self._emit("response.file_search_call.searching", **at)]
+
     def code_added(self, call_id: str, arguments: str) -> list[Json]:
         source = code.code_of(arguments)
         item: Json = {"id": random_id("ci_"), "type": "code_interpreter_call", "status": "in_progress",
@@ -101,6 +119,18 @@ class HostedItems:
             item["status"] = "failed" if failed else "completed"
             events = [self._emit("response.code_interpreter_call.completed", item_id=item["id"],
                                  output_index=index)]
+        elif item["type"] == "file_search_call":
+            detail = event.detail or {}
+            item["queries"] = list(detail.get("queries", item["queries"]))
+            if self._results and not failed:
+                item["results"] = list(detail.get("results") or [])
+            item["status"] = "failed" if failed else "completed"
+            if failed:
+                item["ocm:error"] = event.error
+            else:
+                item["ocm:output"] = event.output
+            events = [] if failed else [
+                self._emit("response.file_search_call.completed", item_id=item["id"], output_index=index)]
         elif item["type"] == "web_search_call":
             action = dict((event.detail or {}).get("action") or item["action"])
             if not self._sources:

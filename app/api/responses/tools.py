@@ -17,7 +17,9 @@
   the ``browser`` namespace; without a provider it follows the policy below.
 * ``code_interpreter`` when the operator configured the sandbox (``[tools.code_interpreter]``):
   run by the gateway (:mod:`app.tools.code`), shown as a ``python`` function.
-* other hosted tools (``web_search`` / ``code_interpreter`` without their service, ``file_search``,
+* ``file_search`` when the gateway has vector stores (the knowledge facade): run by the gateway
+  (:mod:`app.tools.file_search`), shown as the ``file_search`` namespace (``msearch``).
+* other hosted tools (``web_search`` / ``code_interpreter`` / ``file_search`` without their service,
   ``image_generation``, ``computer_use_preview``, ``local_shell``, ``shell``, ``apply_patch``,
   ``tool_search``): this gateway runs none of them yet.  Policy: the tool is accepted, echoed
   in the response's ``tools``, **not shown to the model**, and reported in the response as
@@ -53,8 +55,10 @@ class WireTool:
     """How a call of one model-facing tool looks on the wire."""
 
     # mcp / mcp_approval: a hosted MCP tool (namespace: its server), run / awaiting approval;
-    # web_search: one of the browser functions of app/tools/web.py; code_interpreter: python
-    kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search", "code_interpreter"]
+    # web_search: one of the browser functions of app/tools/web.py; code_interpreter: python;
+    # file_search: msearch of app/tools/file_search.py
+    kind: Literal["function", "custom", "mcp", "mcp_approval", "web_search", "code_interpreter",
+                  "file_search"]
     name: str
     namespace: str | None = None
 
@@ -77,6 +81,7 @@ class RequestTools:
     mcp: tuple[McpToolParam, ...] = ()  # run by the gateway (app/api/responses/hosted.py)
     web_search: Json | None = None  # the request's web_search tool, when the gateway runs it
     code_interpreter: Json | None = None  # likewise its code_interpreter tool
+    file_search: Json | None = None  # and its file_search tool
 
     def name_of(self, name: str, namespace: str | None, kind: str = "function") -> str | None:
         """The model-facing name of a tool the request offers, or None."""
@@ -108,7 +113,7 @@ WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
 
 def request_tools(tools: Sequence[Any] | None, runs: frozenset[str] = frozenset()) -> RequestTools:
     """``runs``: the hosted tools this gateway runs (``web_search`` with a search provider,
-    ``code_interpreter`` with a sandbox)."""
+    ``code_interpreter`` with a sandbox, ``file_search`` with vector stores)."""
     out: list[FunctionTool] = []
     table: dict[str, WireTool] = {}
     not_run: list[str] = []
@@ -116,6 +121,7 @@ def request_tools(tools: Sequence[Any] | None, runs: frozenset[str] = frozenset(
     mcp: list[wire.McpToolParam] = []
     web_search: Json | None = None
     code: Json | None = None
+    files: Json | None = None
 
     def add(tool: FunctionTool, kind: Literal["function", "custom"], name: str, namespace: str | None,
             where: str) -> None:
@@ -165,11 +171,17 @@ def request_tools(tools: Sequence[Any] | None, runs: frozenset[str] = frozenset(
                                      "container of its own.", param=f"{where}.container",
                                      code="unsupported_parameter")
             echo.append(code)
+        elif "file_search" in runs and t.type == "file_search":
+            if files is not None:
+                raise InvalidRequest("Offer file_search once (it searches all its vector_store_ids).",
+                                     param=f"{where}.type")
+            files = t.model_dump(exclude_none=True)
+            echo.append(files)
         else:
             not_run.append(t.type)
             echo.append(t.model_dump(exclude_none=True))
     return RequestTools(tuple(out), table, tuple(dict.fromkeys(not_run)), tuple(echo), tuple(mcp),
-                        web_search, code)
+                        web_search, code, files)
 
 
 HOSTED = "hosted:"  # an allowed_tools entry naming a hosted tool, expanded once it is open
@@ -196,6 +208,8 @@ def runs_hosted(choice: Any, tools: RequestTools) -> bool:
         return tools.web_search is not None
     if kind == "code_interpreter":
         return tools.code_interpreter is not None
+    if kind == "file_search":
+        return tools.file_search is not None
     if kind == "mcp":
         label = getattr(choice, "server_label", None)
         return any(m.server_label == label for m in tools.mcp)
@@ -241,7 +255,8 @@ def tool_choice(choice: Any, tools: RequestTools) -> ToolChoice:
                                  "does not have the gateway run.", param="tool_choice.tools",
                                  code="unsupported_tool_choice")
         return ToolChoice(choice.mode, allowed)
-    hosted = tools.mcp or tools.web_search is not None or tools.code_interpreter is not None
+    hosted = (tools.mcp or tools.web_search is not None or tools.code_interpreter is not None
+              or tools.file_search is not None)
     if choice == "required" and not tools.tools and not hosted:
         raise InvalidRequest("tool_choice 'required' needs at least one tool the model can call "
                              "(hosted tools are not run by this gateway).", param="tool_choice")

@@ -77,9 +77,10 @@ class HarmonyOptions:
 
 
 def _system(opts: HarmonyOptions, effort: m.ReasoningEffort, builtins: frozenset[str] = frozenset(),
-            ) -> Message:
+            tools: tuple[m.FunctionTool, ...] = ()) -> Message:
     """The system message; ``builtins`` (``browser``, ``python``): gpt-oss's built-in tools the
-    gateway runs, in the system message's ``# Tools`` as openai-harmony writes them."""
+    gateway runs, in the system message's ``# Tools`` as openai-harmony writes them; another
+    built-in of ``tools`` (``file_search``) is a namespace of its functions there, after them."""
     date = opts.current_date or dt.datetime.now(dt.UTC).date().isoformat()
     content = (
         SystemContent.new()
@@ -93,6 +94,13 @@ def _system(opts: HarmonyOptions, effort: m.ReasoningEffort, builtins: frozenset
         content = content.with_browser_tool()
     if "python" in builtins:
         content = content.with_python_tool()
+    others: dict[str, list[ToolDescription]] = {}
+    for t in tools:
+        if t.builtin is not None and t.builtin not in ("browser", "python"):
+            others.setdefault(t.builtin, []).append(ToolDescription.new(
+                t.name.removeprefix(f"{t.builtin}__"), t.description or "", parameters=t.parameters or None))
+    for name, members in others.items():
+        content = content.with_tools(ToolNamespaceConfig(name=name, tools=members))
     return Message.from_role_and_content(Role.SYSTEM, content)
 
 
@@ -272,7 +280,7 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
     ids = _PREFIXES.get(key)
     if ids is None:
         builtins = frozenset(t.builtin for t in tools if t.builtin)
-        messages = [_system(replace(opts, current_date=date), effort, builtins)]
+        messages = [_system(replace(opts, current_date=date), effort, builtins, tools)]
         long = len(instructions) > LONG_INSTRUCTIONS
         dev = developer_message(instructions, tools, slot=long)
         if dev is None and rf is not None:  # the response format needs a developer message

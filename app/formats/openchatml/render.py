@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.conversation import (
     Conversation,
@@ -130,6 +130,9 @@ def _system_text(opts: OpenChatMLOptions, effort: ReasoningEffort, tools: bool) 
 def _developer_text(instructions: str, conv: Conversation,
                     tools: tuple[FunctionTool, ...]) -> str:
     text = ""
+    # gpt-oss's built-ins run by the gateway (browser, python, file_search) have no system-message
+    # form here: each is shown as the plain function the model calls (to=functions.NAME)
+    tools = tuple(replace(t, namespace=None, builtin=None) if t.builtin else t for t in tools)
     dev = developer_message(instructions, tools, slot=True)  # long instructions: never encoded
     if dev is not None:
         enc = harmony_encoding()

@@ -140,8 +140,9 @@ async def test_what_cannot_be_honoured_is_a_400_naming_it(body: Json, param: str
 
 
 async def test_every_hosted_type_is_accepted_and_reported() -> None:
-    # mcp is run by the gateway (test_hosted_mcp.py): not in this list any more
-    hosted = ["web_search", "web_search_preview", "file_search", "code_interpreter",
+    # mcp (test_hosted_mcp.py) and file_search (test_hosted_file_search.py) are run by the
+    # gateway: not in this list any more
+    hosted = ["web_search", "web_search_preview", "code_interpreter",
               "image_generation", "computer_use_preview", "local_shell", "shell", "apply_patch",
               "tool_search"]
     async with gateway(FakeLlamaCpp(TEXT).transport()) as c:
