@@ -40,6 +40,32 @@ class ImageBlock(_Wire):
     source: Annotated[Base64Source | URLSource, Field(discriminator="type")]
 
 
+class PlainTextSource(_Wire):
+    type: Literal["text"]
+    media_type: Literal["text/plain"] = "text/plain"
+    data: str
+
+
+class ContentSource(_Wire):
+    type: Literal["content"]
+    content: str | list[TextBlock]
+
+
+class FileSource(_Wire):
+    type: Literal["file"]
+    file_id: str
+
+
+class DocumentBlock(_Wire):
+    """Read into a text block before ingest (:mod:`app.api.messages.documents`)."""
+
+    type: Literal["document"]
+    source: Annotated[Base64Source | URLSource | PlainTextSource | ContentSource | FileSource,
+                      Field(discriminator="type")]
+    title: str | None = None
+    context: str | None = None
+
+
 class ToolUseBlock(_Wire):
     type: Literal["tool_use"]
     id: str
@@ -47,10 +73,19 @@ class ToolUseBlock(_Wire):
     input: dict[str, Any]
 
 
+class ToolReferenceBlock(_Wire):
+    """A tool a client-side tool search loaded (Claude Code's ``ToolSearch``): the tool of
+    that name, sent with ``defer_loading: true``, is offered to the model from then on."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
 class ToolResultBlock(_Wire):
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] = ""
+    content: str | list[Annotated[TextBlock | ImageBlock | ToolReferenceBlock | DocumentBlock,
+                                  Field(discriminator="type")]] = ""
     is_error: bool = False
 
 
@@ -66,8 +101,8 @@ class RedactedThinkingBlock(_Wire):
 
 
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
-    Field(discriminator="type")]
+    TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+    | RedactedThinkingBlock, Field(discriminator="type")]
 
 
 class MessageParam(_Wire):
@@ -80,6 +115,7 @@ class Tool(_Wire):
     description: str | None = None
     input_schema: dict[str, Any]
     type: Literal["custom"] | None = None  # Anthropic's server / versioned tools: not served here
+    defer_loading: bool = False  # offered only once a tool_reference block names it
 
 
 class ToolChoiceAuto(_Wire):
@@ -106,9 +142,15 @@ ToolChoice = Annotated[ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolCho
                        Field(discriminator="type")]
 
 
+# "omitted": thinking blocks carry only the signature; any other value ("summarized", and
+# Claude Code's "updates") shows the thinking text
+ThinkingDisplay = str
+
+
 class ThinkingEnabled(_Wire):
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1024)
+    display: ThinkingDisplay | None = None
 
 
 class ThinkingDisabled(_Wire):
@@ -117,6 +159,7 @@ class ThinkingDisabled(_Wire):
 
 class ThinkingAdaptive(_Wire):
     type: Literal["adaptive"]
+    display: ThinkingDisplay | None = None
 
 
 Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Field(discriminator="type")]

@@ -1,5 +1,6 @@
 """Operational routes: ``/health`` (liveness), ``/ready`` (backends reachable), ``/metrics``,
-and ``/v1/models``, ``/v1/models/{id}``."""
+and ``/v1/models``, ``/v1/models/{id}`` (in Anthropic's shape when the request carries
+``anthropic-version``: the models the key may use, then the aliases of those models)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app.engine.registry import Registry
+from app.http.anthropic import model_object, model_page
 from app.http.auth import check_model, may_use
 from app.http.body import GatewayRoute
 from app.http.responses import JSONResponse
@@ -46,9 +48,20 @@ async def prometheus_metrics(request: Request) -> Response:
     return Response(data, media_type=CONTENT_TYPE_LATEST)
 
 
+def _anthropic_models(request: Request, registry: Registry) -> list[dict[str, object]]:
+    models = [n for n in registry.routes if may_use(request, n)]
+    aliases = [(a, m) for a, m in registry.config.aliases.items() if m in models]
+    return [*(model_object(n, n, registry.created) for n in models),
+            *(model_object(a, m, registry.created) for a, m in aliases)]
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     registry: Registry = request.app.state.registry
+    if "anthropic-version" in request.headers:
+        q = request.query_params
+        return JSONResponse(model_page(_anthropic_models(request, registry), limit=q.get("limit"),
+                                       after_id=q.get("after_id"), before_id=q.get("before_id")))
     return JSONResponse({"object": "list",
                          "data": [_model_card(registry, n) for n in registry.routes if may_use(request, n)]})
 
@@ -56,6 +69,11 @@ async def list_models(request: Request) -> Response:
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> Response:
     registry: Registry = request.app.state.registry
+    if "anthropic-version" in request.headers:
+        model = registry.canonical(model_id)
+        check_model(request, model)
+        registry.lookup(model)
+        return JSONResponse(model_object(model_id, model, registry.created))
     check_model(request, model_id)
-    registry.route(model_id)
+    registry.lookup(model_id)
     return JSONResponse(_model_card(registry, model_id))

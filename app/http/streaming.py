@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -22,6 +22,7 @@ from app.http.shutdown import Drain, drained
 from app.http.sse import DONE
 
 Frame = Callable[[dict[str, Any]], bytes]
+PING_SECONDS = 15.0  # keep-alive interval of SSE streams
 
 
 async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
@@ -38,15 +39,19 @@ async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
             await aclose()
 
 
-def sse_response(run: Streamable, frame: Frame, grace: float, *, done: bytes | None = DONE) -> Response:
-    """``done``: the sentinel after the last event (None: none, Anthropic's stream)."""
+def sse_response(run: Streamable, frame: Frame, grace: float, *, done: bytes | None = DONE,
+                 ping: Callable[[], ServerSentEvent] | None = None) -> Response:
+    """``done``: the sentinel after the last event (None: none, Anthropic's stream); ``ping``:
+    the keep-alive sent every :data:`PING_SECONDS` (default: an SSE comment; Anthropic's: a
+    ``ping`` event)."""
     drain = Drain(grace)
 
     def stop() -> None:
         run.stop(ServerShutdown("The gateway is shutting down; the answer was cut short."))
 
     return EventSourceResponse(_framed(drained(run.frames().batched(), drain, stop), frame, done),
-                               ping=15, sep="\n", shutdown_event=drain.event,
+                               ping=PING_SECONDS, ping_message_factory=ping, sep="\n",
+                               shutdown_event=drain.event,
                                shutdown_grace_period=drain.grace + 5,
                                headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
 

@@ -232,8 +232,9 @@ def _embedding_and_output(plan: ScriptPlan) -> tuple[F16Array, F16Array]:
     return embd, out
 
 
-def build_scripted_gguf(path: Path, script: str) -> None:
-    """Write a GGUF model to ``path`` that answers every ``...<|start|>assistant`` prompt with ``script``."""
+def build_scripted_gguf(path: Path, script: str, context_length: int = CONTEXT_LENGTH) -> None:
+    """Write a GGUF model to ``path`` that answers every ``...<|start|>assistant`` prompt with ``script``
+    (llama.cpp serves at most ``context_length`` tokens of context with it)."""
     plan = plan_script(script_token_ids(script))
     vocab = gguf_vocab()
     n = plan.n_embd
@@ -241,7 +242,7 @@ def build_scripted_gguf(path: Path, script: str) -> None:
     writer.add_name("scripted-" + hashlib.sha256(script.encode()).hexdigest()[:12])
     writer.add_description(f"scripted tiny model (generator v{GENERATOR_VERSION}): {script}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_context_length(context_length)
     writer.add_embedding_length(n)
     writer.add_block_count(1)
     writer.add_feed_forward_length(N_FF)
@@ -282,23 +283,27 @@ def build_scripted_gguf(path: Path, script: str) -> None:
     writer.close()
 
 
-def model_file_name(name: str, script: str) -> str:
-    """Cache file name: ``name`` plus a hash of the script and :data:`GENERATOR_VERSION`."""
-    digest = hashlib.sha256(f"v{GENERATOR_VERSION}\0{script}".encode()).hexdigest()[:16]
+def model_file_name(name: str, script: str, context_length: int = CONTEXT_LENGTH) -> str:
+    """Cache file name: ``name`` plus a hash of the script, :data:`GENERATOR_VERSION` and a
+    context length other than :data:`CONTEXT_LENGTH`."""
+    context = "" if context_length == CONTEXT_LENGTH else f"\0ctx{context_length}"
+    digest = hashlib.sha256(f"v{GENERATOR_VERSION}\0{script}{context}".encode()).hexdigest()[:16]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name) or "model"
     return f"{safe}-{digest}.gguf"
 
 
-def scripted_model(name: str, script: str) -> Path:
-    """Path of a cached scripted model for ``script``, generated (atomically) if missing."""
-    target = cache_dir() / "models" / model_file_name(name, script)
+def scripted_model(name: str, script: str, *, context_length: int = CONTEXT_LENGTH) -> Path:
+    """Path of a cached scripted model for ``script``, generated (atomically) if missing.
+    llama.cpp caps its context at the model's ``context_length`` (a client with a long
+    first prompt, like Claude Code's ~20,000 tokens, needs more than the default)."""
+    target = cache_dir() / "models" / model_file_name(name, script, context_length)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        build_scripted_gguf(Path(tmp), script)
+        build_scripted_gguf(Path(tmp), script, context_length)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

@@ -2,12 +2,15 @@
 
 Mapping: reasoning → a ``thinking`` block whose ``signature`` is the gateway's sealed copy of
 that reasoning (:mod:`app.items.sealing`; sent back, it is re-rendered as the model's real chain
-of thought); preambles and answer text → ``text`` blocks; tool calls → ``tool_use`` blocks
-(``input_json_delta`` as the arguments are generated).  Blocks come in the model's order, one
-open at a time.  The stream: ``message_start``, per block ``content_block_start`` /
-``content_block_delta`` / ``content_block_stop``, then ``message_delta`` (stop reason, usage)
-and ``message_stop``; a failure is one ``error`` event and nothing after it.  The non-streaming
-message is the fold of the same events.
+of thought), its ``thinking`` text left empty when the request asked for ``display: "omitted"``
+(no ``thinking_delta``; the signature still carries it); preambles and answer text → ``text``
+blocks; tool calls → ``tool_use`` blocks (``input_json_delta`` as the arguments are generated).
+Blocks come in the model's order, one open at a time.  The stream: ``message_start``, one
+``ping`` (as Anthropic's; the route adds a ``ping`` whenever the stream idles), per block
+``content_block_start`` / ``content_block_delta`` / ``content_block_stop``, then
+``message_delta`` (the stop reason — ``stop_sequence``, named in ``stop_sequence``, when a
+client stop string ended the answer — and usage) and ``message_stop``; a failure is one
+``error`` event and nothing after it.  The non-streaming message is the fold of the same events.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from app.core.output import Usage
 Json = dict[str, Any]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+PING: Json = {"type": "ping"}
 
 
 def usage_dict(usage: Usage) -> Json:
@@ -44,9 +48,10 @@ class _Block:
     signature: str = ""
     arguments: str | None = None  # a finished call's arguments (ToolCallDone)
 
-    def body(self) -> Json:
+    def body(self, show_thinking: bool = True) -> Json:
         if self.kind == "thinking":
-            return {"type": "thinking", "thinking": "".join(self.pieces), "signature": self.signature}
+            return {"type": "thinking", "thinking": "".join(self.pieces) if show_thinking else "",
+                    "signature": self.signature}
         if self.kind == "text":
             return {"type": "text", "text": "".join(self.pieces)}
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": _input(self.json)}
@@ -69,24 +74,26 @@ class MessagesEncoder:
     every event is folded, so :meth:`result` is the message the same stream amounts to."""
 
     def __init__(self, message_id: str, model: str, seal: Callable[[str], str], *,
-                 stream: bool = True) -> None:
+                 stream: bool = True, show_thinking: bool = True) -> None:
         self._id = message_id
         self._model = model
         self._seal = seal
         self._stream = stream
+        self._show_thinking = show_thinking
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._usage = Usage()
         self.terminal = False
 
     def _message(self, content: list[Json], stop_reason: str | None, usage: Usage) -> Json:
         return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
-                "content": content, "stop_reason": stop_reason, "stop_sequence": None,
+                "content": content, "stop_reason": stop_reason, "stop_sequence": self._stop_sequence,
                 "usage": usage_dict(usage)}
 
     def start(self) -> list[Json]:
-        return [{"type": "message_start", "message": self._message([], None, Usage())}]
+        return [{"type": "message_start", "message": self._message([], None, Usage())}, PING]
 
     def encode(self, event: ev.Event) -> list[Json]:
         if self.terminal:
@@ -102,7 +109,8 @@ class MessagesEncoder:
         return []
 
     def result(self) -> Json:
-        return self._message([b.body() for b in self._blocks], self._stop_reason, self._usage)
+        return self._message([b.body(self._show_thinking) for b in self._blocks], self._stop_reason,
+                             self._usage)
 
     # -- blocks --------------------------------------------------------------------------------
 
@@ -138,6 +146,8 @@ class MessagesEncoder:
         out = [] if self._open is not None and self._open.kind == kind else self._opened(_Block(kind))
         assert self._open is not None
         self._open.pieces.append(text)
+        if kind == "thinking" and not self._show_thinking:
+            return out  # kept for the signature, not shown
         delta = ({"type": "thinking_delta", "thinking": text} if kind == "thinking"
                  else {"type": "text_delta", "text": text})
         out.append({"type": "content_block_delta", "index": len(self._blocks) - 1, "delta": delta})
@@ -164,9 +174,11 @@ class MessagesEncoder:
         if isinstance(event, ev.Finished):
             out = self._close()
             self._stop_reason = STOP_REASONS.get(event.reason, "end_turn")
+            if event.reason == "stop" and event.stop_sequence is not None:
+                self._stop_reason, self._stop_sequence = "stop_sequence", event.stop_sequence
             self._usage = event.usage
             out.append({"type": "message_delta",
-                        "delta": {"stop_reason": self._stop_reason, "stop_sequence": None},
+                        "delta": {"stop_reason": self._stop_reason, "stop_sequence": self._stop_sequence},
                         "usage": usage_dict(event.usage)})
             out.append({"type": "message_stop"})
             return out

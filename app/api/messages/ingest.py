@@ -1,10 +1,19 @@
 """Anthropic Messages request → :class:`Conversation` + :class:`GenerationParams`.
 
-* ``system`` (string or text blocks) → one system message, first;
+* ``system`` (string or text blocks) → one system message, first; a text block that is Claude
+  Code's ``x-anthropic-billing-header: ...`` (metadata for Anthropic's billing, different in
+  every session) is left out, so the model never sees it and the prompt's prefix stays the same
+  across sessions (the backend's prompt cache);
 * a user turn's ``text`` / ``image`` blocks → a user message (images through
-  :func:`app.core.media.check_image_url`, as on the other APIs: inline base64 only);
+  :func:`app.core.media.check_image_url`, as on the other APIs: inline base64 only — a ``url``
+  source and ``document`` blocks were read before, :mod:`app.api.messages.documents`);
   each ``tool_result`` block → a ``tool`` message answering a ``tool_use`` of an earlier
-  assistant turn (``is_error`` marks its text), in the order the blocks come;
+  assistant turn (``is_error`` marks its text), in the order the blocks come; a
+  ``tool_reference`` block in a result (a client-side tool search, Claude Code's
+  ``ToolSearch``) says the tool is now loaded;
+* ``tools``: a tool with ``defer_loading: true`` is offered to the model only once a
+  ``tool_reference`` names it (Anthropic's semantics; Claude Code's deferred tools and its
+  never-called placeholder); a reference to a tool not in ``tools`` is a 400;
 * an assistant turn's ``text`` → content, ``tool_use`` → tool calls (``input`` as JSON text),
   ``thinking`` → the turn's reasoning: the chain of thought sealed in its ``signature``
   (opened by the caller's ``open_thinking``, which refuses a forged or foreign one), never the
@@ -42,6 +51,7 @@ from schemas import messages as wire
 OpenThinking = Callable[[str, str], str]
 
 MAX_STOP_SEQUENCES = 4
+BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,7 @@ class MessagesIngest:
     conversation: Conversation
     params: GenerationParams
     stream: bool
+    show_thinking: bool = True  # thinking.display "omitted": thinking blocks carry the signature only
 
 
 def _image(block: wire.ImageBlock, where: str) -> ImagePart:
@@ -60,9 +71,24 @@ def _image(block: wire.ImageBlock, where: str) -> ImagePart:
     return ImagePart(check_image_url(url, where + ".source").url)
 
 
-def _user_parts(blocks: list[wire.TextBlock | wire.ImageBlock], where: str) -> list[ContentPart]:
-    return [TextPart(b.text) if isinstance(b, wire.TextBlock) else _image(b, f"{where}[{j}]")
-            for j, b in enumerate(blocks)]
+def _unread(where: str) -> InvalidRequest:
+    return InvalidRequest(f"{where}: a document block was not read (app/api/messages/documents.py "
+                          "runs first).", param=f"{where}.type")
+
+
+def _user_parts(blocks: list[wire.TextBlock | wire.ImageBlock | wire.ToolReferenceBlock
+                             | wire.DocumentBlock], where: str) -> list[ContentPart]:
+    parts: list[ContentPart] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, wire.TextBlock):
+            parts.append(TextPart(b.text))
+        elif isinstance(b, wire.ToolReferenceBlock):
+            parts.append(TextPart(f"Tool loaded: {b.tool_name}"))
+        elif isinstance(b, wire.DocumentBlock):
+            raise _unread(f"{where}[{j}]")
+        else:
+            parts.append(_image(b, f"{where}[{j}]"))
+    return parts
 
 
 def _tool_result(block: wire.ToolResultBlock, where: str, known: set[str]) -> Message:
@@ -91,6 +117,8 @@ def _user(m: wire.MessageParam, i: int, known: set[str]) -> list[Message]:
             out.append(_tool_result(block, at, known))
         elif isinstance(block, wire.TextBlock | wire.ImageBlock):
             parts.append(TextPart(block.text) if isinstance(block, wire.TextBlock) else _image(block, at))
+        elif isinstance(block, wire.DocumentBlock):
+            raise _unread(at)
         else:
             raise InvalidRequest(f"{at} is a {block.type} block, which only assistant messages "
                                  "may hold.", param=f"{at}.type")
@@ -131,8 +159,11 @@ def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: Ope
 def _messages(req: wire.MessagesRequest | wire.CountTokensRequest,
               open_thinking: OpenThinking) -> tuple[Message, ...]:
     out: list[Message] = []
-    if req.system:
-        text = req.system if isinstance(req.system, str) else "\n\n".join(b.text for b in req.system)
+    if isinstance(req.system, list):
+        text = "\n\n".join(b.text for b in req.system if not b.text.startswith(BILLING_HEADER))
+    else:
+        text = req.system or ""
+    if text:
         out.append(Message("system", (TextPart(text),), source="system"))
     if not req.messages:
         raise InvalidRequest("messages: at least one message is required.", param="messages")
@@ -145,16 +176,34 @@ def _messages(req: wire.MessagesRequest | wire.CountTokensRequest,
     return tuple(out)
 
 
+def _references(req: wire.MessagesRequest | wire.CountTokensRequest) -> dict[str, str]:
+    """The tools ``tool_reference`` blocks name → where the first such block is."""
+    found: dict[str, str] = {}
+    for i, m in enumerate(req.messages):
+        for j, block in enumerate(m.content if isinstance(m.content, list) else ()):
+            if isinstance(block, wire.ToolResultBlock) and isinstance(block.content, list):
+                for k, part in enumerate(block.content):
+                    if isinstance(part, wire.ToolReferenceBlock):
+                        found.setdefault(part.tool_name, f"messages[{i}].content[{j}].content[{k}]")
+    return found
+
+
 def _tools(req: wire.MessagesRequest | wire.CountTokensRequest) -> tuple[FunctionTool, ...]:
     tools: list[FunctionTool] = []
     seen: set[str] = set()
+    referenced = _references(req)
     for i, t in enumerate(req.tools or []):
         name = check_function_name(t.name, f"tools[{i}].name")
         if name in seen:
             raise InvalidRequest(f"Duplicate tool name {name!r}.", param=f"tools[{i}].name")
         seen.add(name)
         check_json_schema(t.input_schema, f"tools[{i}].input_schema")
-        tools.append(FunctionTool(name, t.description, t.input_schema))
+        if not t.defer_loading or name in referenced:
+            tools.append(FunctionTool(name, t.description, t.input_schema))
+    for name, where in referenced.items():
+        if name not in seen:
+            raise InvalidRequest(f"{where} references tool {name!r}, which is not in tools.",
+                                 param=f"{where}.tool_name")
     return tuple(tools)
 
 
@@ -219,4 +268,5 @@ def ingest_messages(req: wire.MessagesRequest, open_thinking: OpenThinking) -> M
         user=req.metadata.user_id if req.metadata else None,
         reasoning_effort=base.reasoning_effort, thinking=base.thinking,
         tool_choice=base.tool_choice, parallel_tool_calls=base.parallel_tool_calls)
-    return MessagesIngest(req.model, conversation, params, req.stream)
+    display = getattr(req.thinking, "display", None)
+    return MessagesIngest(req.model, conversation, params, req.stream, show_thinking=display != "omitted")

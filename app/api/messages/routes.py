@@ -1,5 +1,7 @@
-"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: ingest → the run engine →
-the Messages encoder (counting: the same renderer, :mod:`app.engine.count`).
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: documents read
+(:mod:`app.api.messages.documents`) → ingest → the run engine → the Messages encoder
+(counting: the same renderer, :mod:`app.engine.count`).  Streams carry Anthropic's ``ping``
+events.
 
 Thinking signatures are sealed and opened with the key Responses' ``encrypted_content`` uses
 (:mod:`app.items.sealing`), bound to the request's tenant.  Errors on these paths leave in
@@ -9,8 +11,10 @@ Anthropic's envelope (:mod:`app.http.anthropic`).
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
+from app.api.messages.documents import read_documents
 from app.api.messages.encode import MessagesEncoder
 from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
 from app.core.ids import random_id
@@ -43,12 +47,19 @@ def _opener(request: Request) -> OpenThinking:
     return open_thinking
 
 
+def _ping() -> ServerSentEvent:
+    """Anthropic's keep-alive: ``event: ping`` with ``{"type": "ping"}``, every 15 s once the
+    stream has started (the response starts with the backend's first token)."""
+    return ServerSentEvent(data='{"type":"ping"}', event="ping", sep="\n")
+
+
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     engine: Engine = request.app.state.engine
-    ingest = ingest_messages(body, _opener(request))
-    model = engine.registry.canonical(ingest.model)  # the answer names the model asked for
+    model = engine.registry.canonical(body.model)  # the answer names the model asked for
     check_model(request, model)
+    await read_documents(body, request)  # after the key may use the model: PDFs are work
+    ingest = ingest_messages(body, _opener(request))
     message_id = random_id("msg_")
     sealer, who = _sealer(request), principal(request)
 
@@ -56,22 +67,25 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
         return seal_reasoning(sealer, who.tenant, text)
 
     def encoder(plan: Plan) -> MessagesEncoder:
-        return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream)
+        return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream,
+                               show_thinking=ingest.show_thinking)
 
     starting = engine.start(RunRequest(model, ingest.conversation, ingest.params), encoder,
                             run_id=message_id, mode="stream" if ingest.stream else "wait", owner=who)
     if not ingest.stream:
         return await json_answer(request, starting)
     run = await cancel_on_disconnect(request, starting)
-    return sse_response(run, typed_event, engine.registry.config.shutdown_grace_seconds, done=None)
+    return sse_response(run, typed_event, engine.registry.config.shutdown_grace_seconds, done=None,
+                        ping=_ping)
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_message_tokens(body: CountTokensRequest, request: Request) -> Response:
     engine: Engine = request.app.state.engine
-    conversation, params = conversation_of(body, _opener(request))
     model = engine.registry.canonical(body.model)
     check_model(request, model)
+    await read_documents(body, request)
+    conversation, params = conversation_of(body, _opener(request))
     counted = await count_tokens(engine.registry, model, conversation, params)
     headers = {} if counted.exact else {"ocm-token-count": "estimated"}
     return JSONResponse({"input_tokens": counted.tokens}, headers=headers)

@@ -59,9 +59,11 @@ def test_text_stream_is_exact() -> None:
     stream, result = _run([ev.TextDelta("Hel"), ev.TextDelta("lo"), ev.PartDone("text"),
                            ev.Finished("stop", USAGE)])
     assert [e["type"] for e in stream] == [
-        "message_start", "content_block_start", "content_block_delta", "content_block_delta",
+        "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
         "content_block_stop", "message_delta", "message_stop"]
     assert stream[0]["message"]["content"] == [] and stream[0]["message"]["id"] == "msg_1"
+    assert stream[1] == {"type": "ping"}  # one right after message_start, as Anthropic sends
+    stream = [stream[0], *stream[2:]]
     assert stream[1] == {"type": "content_block_start", "index": 0,
                          "content_block": {"type": "text", "text": ""}}
     assert stream[2] == {"type": "content_block_delta", "index": 0,
@@ -129,7 +131,7 @@ def test_overload_and_rate_limit_map_to_anthropic_types() -> None:
 
 def test_non_streaming_sends_nothing_but_folds() -> None:
     stream, result = _run([ev.TextDelta("Hi"), ev.Finished("stop", USAGE)], stream=False)
-    assert [e["type"] for e in stream] == ["message_start"]  # start() is the run's to drop
+    assert [e["type"] for e in stream] == ["message_start", "ping"]  # start() is the run's to drop
     assert result["content"] == [{"type": "text", "text": "Hi"}]
 
 
@@ -145,3 +147,30 @@ def test_repaired_arguments_win_and_bad_json_is_an_empty_input() -> None:
 def test_cancel_ends_silently() -> None:
     enc = MessagesEncoder("msg_1", "m", _seal)
     assert enc.cancel() == [] and enc.encode(ev.TextDelta("x")) == []
+
+
+def test_a_stop_sequence_is_the_stop_reason_and_named() -> None:
+    stream, result = _run([ev.TextDelta("one two"), ev.PartDone("text"),
+                           ev.Finished("stop", USAGE, stop_sequence="THREE")])
+    assert result["stop_reason"] == "stop_sequence" and result["stop_sequence"] == "THREE"
+    assert stream[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "THREE"}
+    assert _fold(stream) == result
+    _, plain = _run([ev.TextDelta("one"), ev.Finished("stop", USAGE)])
+    assert plain["stop_reason"] == "end_turn" and plain["stop_sequence"] is None
+
+
+def test_omitted_thinking_streams_no_text_but_seals_it() -> None:
+    def seal(text: str) -> str:  # an opaque token, as the real sealer's
+        return f"sig-{len(text)}"
+
+    enc = MessagesEncoder("msg_1", "m", seal, show_thinking=False)
+    stream = enc.start()
+    for e in (ev.ReasoningDelta("secret "), ev.ReasoningDelta("plan"), ev.PartDone("reasoning"),
+              ev.TextDelta("Hi"), ev.Finished("stop", USAGE)):
+        stream.extend(enc.encode(e))
+    result = enc.result()
+    assert not [e for e in stream if e.get("delta", {}).get("type") == "thinking_delta"]
+    assert "secret" not in orjson.dumps(stream).decode() + orjson.dumps(result).decode()
+    assert result["content"][0] == {"type": "thinking", "thinking": "", "signature": seal("secret plan")}
+    assert result["content"][1] == {"type": "text", "text": "Hi"}
+    assert _fold(stream) == result
