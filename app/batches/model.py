@@ -26,9 +26,11 @@ Store contract (:class:`BatchStore`; SQLite: :mod:`.sqlite_batches`):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import orjson
 
 from app.core.ids import random_id
 
@@ -124,6 +126,14 @@ class Result:
     def ok(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
 
+    @classmethod
+    def parse(cls, raw: bytes) -> Result:
+        """The result an :meth:`output_line` stored as JSON was made from."""
+        data = orjson.loads(raw)
+        response = data.get("response") or {}
+        return cls(data["custom_id"], data["id"], response.get("status_code"), response.get("body"),
+                   data.get("error"))
+
     def output_line(self) -> Json:
         """The line as OpenAI writes it in the output / error file."""
         response = (None if self.status_code is None else
@@ -131,6 +141,13 @@ class Result:
                      "body": self.body})
         return {"id": self.request_id, "custom_id": self.custom_id, "response": response,
                 "error": self.error}
+
+
+def abandoned(rows: Iterable[Any], error: Json) -> list[tuple[bytes, int]]:
+    """The stored result (and line number) of each ``(line, custom_id)`` row given ``error`` —
+    tens of thousands for a big batch cancelled or expired: a store runs this in a thread."""
+    return [(orjson.dumps(Result(str(row[1]), new_request_id(), None, error=error).output_line()),
+             int(row[0])) for row in rows]
 
 
 class BatchStore(Protocol):
@@ -175,6 +192,11 @@ class BatchStore(Protocol):
 
     def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
         """The recorded results, successes or failures, in input order."""
+        ...
+
+    def result_lines(self, batch_id: str, *, ok: bool) -> AsyncIterator[list[bytes]]:
+        """The same, as the output file's lines (JSON, as stored), a page at a time: the
+        output and error files are written from these without parsing them again."""
         ...
 
     async def refresh(self, batch: Batch) -> Batch:

@@ -7,13 +7,13 @@ one transaction.  Failures of the server are 503 ``store_unavailable`` (``guard`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
 
 import asyncpg
 import orjson
 
-from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, new_request_id
+from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, abandoned
 from app.stores.postgres import guard
 
 _COLUMNS = ("id, owner, key_digest, endpoint, input_file_id, created_at, expires_at, status, doc, "
@@ -144,15 +144,14 @@ class PostgresBatchStore:
         async with guard(), self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch("SELECT line, custom_id FROM batch_lines WHERE batch_id = $1 "
                                     "AND state != 'done' FOR UPDATE", batch_id)
+            done = await asyncio.to_thread(abandoned, rows, error)
             await conn.executemany(
                 "UPDATE batch_lines SET state = 'done', ok = false, result = $1, worker = NULL "
-                "WHERE batch_id = $2 AND line = $3",
-                [(orjson.dumps(Result(r["custom_id"], new_request_id(), None, error=error).output_line()),
-                  batch_id, int(r["line"])) for r in rows])
+                "WHERE batch_id = $2 AND line = $3", [(raw, batch_id, line) for raw, line in done])
             await conn.execute("UPDATE batches SET failed = failed + $1 WHERE id = $2", len(rows), batch_id)
         return len(rows)
 
-    async def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
+    async def result_lines(self, batch_id: str, *, ok: bool) -> AsyncIterator[list[bytes]]:
         last = 0
         while True:
             async with guard():
@@ -161,12 +160,13 @@ class PostgresBatchStore:
                     "AND ok = $2 AND line > $3 ORDER BY line LIMIT 500", batch_id, ok, last)
             if not rows:
                 return
-            for row in rows:
-                data: Any = orjson.loads(row["result"])
-                response = data.get("response") or {}
-                yield Result(data["custom_id"], data["id"], response.get("status_code"),
-                             response.get("body"), data.get("error"))
-                last = int(row["line"])
+            last = int(rows[-1]["line"])
+            yield [bytes(row["result"]) for row in rows]
+
+    async def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
+        async for page in self.result_lines(batch_id, ok=ok):
+            for raw in page:
+                yield Result.parse(raw)
 
     async def refresh(self, batch: Batch) -> Batch:
         async with guard():

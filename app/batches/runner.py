@@ -14,11 +14,16 @@ status and body in the error file.
 
 Behind interactive traffic: at most ``slots`` lines run at once in a process (a share of the
 admission's ``max_inflight``, so interactive requests always keep the rest), and no new line
-starts while interactive requests wait for a slot (``busy``).  Transient answers (408, 429,
+starts while ``busy`` (the app: interactive requests wait for a slot, or the last free slots
+are interactive ones).  A slot that finishes a line claims the batch's next one itself (a
+*lane*), so a busy batch costs a claim and a finish per line, not a poll.  Transient answers (408, 429,
 500, 502, 503, 504, or the route failing) are retried with exponential backoff up to
 ``max_attempts``, within the window; then the last answer is the line's result.  Leases on
 running lines are renewed while they run; a worker that dies stops renewing and its lines are
-claimed again by whoever polls next (after a restart: this process again).
+claimed again by whoever polls next (after a restart: this process again).  A batch that is
+no longer active (another replica cancelled or finalized it) has its lines here stopped at the
+next poll; of two workers finalizing one batch, the one whose final update loses deletes the
+files it wrote.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ Dispatch = Callable[[str | None, str, bytes], Awaitable[tuple[int, bytes]]]
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 EXPIRED = {"code": "batch_expired",
            "message": "This request could not be executed before the completion window expired."}
+FINISH_TRIES = 6  # tries to record a line's result before leaving the line to its lease
 CANCELLED = {"code": "batch_cancelled", "message": "This request was not run: the batch was cancelled."}
 
 
@@ -100,7 +106,10 @@ class BatchRunner:
         try:
             while True:
                 try:
-                    for batch in await self.store.active():
+                    active = await self.store.active()
+                    for gone in {key[0] for key in self._running} - {b.id for b in active}:
+                        await self._stop(gone)  # finished elsewhere (another replica cancelled it)
+                    for batch in active:
                         await self.advance(batch)
                 except asyncio.CancelledError:
                     raise
@@ -141,10 +150,41 @@ class BatchRunner:
             if free > 0 and not self.busy():
                 for line in await self.store.claim(batch.id, self.worker, free,
                                                    lease=self.settings.lease_seconds, now=now):
-                    self._start(self._running, (batch.id, line.line), self._work(batch, line))
+                    self._lane(batch, line)
             mine = any(key[0] == batch.id for key in self._running)
             if not mine and await self.store.unfinished(batch.id) == 0:
                 await self._finalize(batch, "completed")
+
+    def _lane(self, batch: Batch, line: Line) -> None:
+        """Run ``line`` in a slot of its own; then, while nothing interactive waits (``busy``)
+        and the window is open, claim the batch's next line and run it in the same slot — a
+        claim per line instead of a poll of every active batch."""
+        key = (batch.id, line.line)
+
+        async def lane() -> None:
+            nonlocal key
+            current = line
+            try:
+                while True:
+                    await self._work(batch, current)
+                    if self.busy() or self.now() >= batch.expires_at:
+                        return
+                    claimed = await self.store.claim(batch.id, self.worker, 1, now=self.now(),
+                                                     lease=self.settings.lease_seconds)
+                    if not claimed:
+                        return
+                    current, task = claimed[0], self._running.pop(key)
+                    key = (batch.id, current.line)
+                    self._running[key] = task
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a store outage: the line's lease runs out and it is retaken
+                log.exception("batch worker: line %s of %s failed", key[1], key[0])
+            finally:
+                self._running.pop(key, None)
+                self._wake.set()
+
+        self._running[key] = asyncio.get_running_loop().create_task(lane())
 
     def _start(self, where: dict[Any, asyncio.Task[None]], key: Any, work: Awaitable[None]) -> None:
         async def wrapped() -> None:
@@ -181,9 +221,15 @@ class BatchRunner:
             await self._fail(batch, [{"code": "invalid_file", "line": None, "param": "input_file_id",
                                       "message": "The input file no longer exists."}])
             return
-        _, chunks = opened
+        meta, chunks = opened
         allowed = batch.allowed_models
-        kept = 0
+        kept, read = 0, 0
+
+        async def counted() -> AsyncIterator[bytes]:
+            nonlocal read
+            async for chunk in chunks:
+                read += len(chunk)
+                yield chunk
 
         def may_use(model: str) -> bool:
             return (allowed is None or model in allowed) and self.known_model(model)
@@ -193,8 +239,14 @@ class BatchRunner:
             kept += len(lines)
             await self.store.add_lines(batch.id, [replace(ln, batch_id=batch.id) for ln in lines])
 
-        checked = await check(chunks, batch.endpoint, may_use, max_lines=self.settings.max_lines,
+        checked = await check(counted(), batch.endpoint, may_use, max_lines=self.settings.max_lines,
                               max_line=self.settings.max_line_bytes, keep=keep)
+        # deleted while it streamed (PostgreSQL's chunks then just end): not a shorter file
+        if ((not checked.errors and read != meta.bytes)
+                or await self.files.get(meta.id, batch.owner) is None):
+            checked.errors = [{"code": "invalid_file", "line": None, "param": "input_file_id",
+                               "message": "The input file was deleted while the batch was being "
+                                          "validated."}]
         if checked.errors:
             await self.store.clear_lines(batch.id)
             await self._fail(batch, checked.errors)
@@ -230,7 +282,23 @@ class BatchRunner:
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
         result = Result(line.custom_id, new_request_id(), status, body)
-        await self.store.finish(line, self.worker, result, usage_of(body) if result.ok else {})
+        await self._finish(line, result, usage_of(body) if result.ok else {})
+
+    async def _finish(self, line: Line, result: Result, usage: dict[str, int]) -> None:
+        """Record a line's result, retrying a store that fails (its lease is renewed meanwhile,
+        the line still being in ``_running``) so an outage does not cost the request again;
+        past :data:`FINISH_TRIES` the error propagates and the line, its lease run out, is
+        run again."""
+        for attempt in range(FINISH_TRIES):
+            try:
+                await self.store.finish(line, self.worker, result, usage)
+                return
+            except Exception:
+                if attempt == FINISH_TRIES - 1:
+                    raise
+                log.warning("batch worker: recording line %s of %s failed; retrying", line.line,
+                            line.batch_id, exc_info=True)
+                await asyncio.sleep(min(self.settings.backoff_seconds * 2 ** attempt, 10.0))
 
     async def _finalize(self, batch: Batch, final: str) -> None:
         batch = await self.store.refresh(batch)
@@ -243,34 +311,38 @@ class BatchRunner:
                 batch.times["expired_at"] = batch.times["finalizing_at"]
             if not await self.store.update(batch, expect=["in_progress"]):
                 return  # cancelled meanwhile: the next poll cancels
+        written: list[str] = []
         if batch.output_file_id is None:
             batch.output_file_id = await self._write(batch, ok=True)
+            written += [batch.output_file_id] if batch.output_file_id else []
         if batch.error_file_id is None:
             batch.error_file_id = await self._write(batch, ok=False)
+            written += [batch.error_file_id] if batch.error_file_id else []
         if final == "completed" and "expired_at" in batch.times:
             final = "expired"
         batch.status = final  # type: ignore[assignment]
         batch.times.setdefault(f"{final}_at", int(time.time()))
         if final != "completed":
             batch.times.setdefault("finalizing_at", batch.times[f"{final}_at"])
-        await self.store.update(batch, expect=["finalizing", "cancelling"])
+        if not await self.store.update(batch, expect=["finalizing", "cancelling"]):
+            # another worker (a replica) finalized it first: its files are the batch's, these
+            # copies would be left in the key's file list
+            for file_id in written:
+                with contextlib.suppress(Exception):
+                    await self.files.delete(file_id, batch.owner)
 
     async def _write(self, batch: Batch, *, ok: bool) -> str | None:
         """The output (``ok``) or error file, streamed from the stored results; None if empty."""
-        results = self.store.results(batch.id, ok=ok)
-        first = await anext(results, None)
+        pages = self.store.result_lines(batch.id, ok=ok)
+        first = await anext(pages, None)
         if first is None:
             return None
 
-        async def lines() -> AsyncIterator[bytes]:
-            piece = [orjson.dumps(first.output_line())]
-            async for result in results:
-                piece.append(orjson.dumps(result.output_line()))
-                if len(piece) >= 500:
-                    yield b"\n".join(piece) + b"\n"
-                    piece = []
-            if piece:
-                yield b"\n".join(piece) + b"\n"
+        async def lines() -> AsyncIterator[bytes]:  # as stored: nothing parsed on the loop
+            page: list[bytes] | None = first
+            while page is not None:
+                yield b"\n".join(page) + b"\n"
+                page = await anext(pages, None)
 
         now = int(time.time())
         expires = None if batch.output_expires_after is None else now + batch.output_expires_after

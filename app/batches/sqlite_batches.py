@@ -5,13 +5,14 @@ in one transaction, so the counters never disagree with the lines after a crash.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiosqlite
 import orjson
 
-from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, new_request_id
+from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, abandoned
 from app.stores.sqlite_db import transaction
 
 _SCHEMA = """
@@ -197,30 +198,30 @@ class SqliteBatchStore:
         async with transaction(self._db) as db:
             async with db.execute("SELECT line, custom_id FROM batch_lines WHERE batch_id = ? AND "
                                   "state != 'done'", (batch_id,)) as cur:
-                rows = list(await cur.fetchall())
+                rows = await cur.fetchall()
+            done = await asyncio.to_thread(abandoned, rows, error)
             await db.executemany(
                 "UPDATE batch_lines SET state = 'done', ok = 0, result = ?, worker = NULL "
-                "WHERE batch_id = ? AND line = ?",
-                [(orjson.dumps(Result(str(custom_id), new_request_id(), None, error=error).output_line()),
-                  batch_id, int(line)) for line, custom_id in rows])
-            await db.execute("UPDATE batches SET failed = failed + ? WHERE id = ?", (len(rows), batch_id))
-        return len(rows)
+                "WHERE batch_id = ? AND line = ?", [(raw, batch_id, line) for raw, line in done])
+            await db.execute("UPDATE batches SET failed = failed + ? WHERE id = ?", (len(done), batch_id))
+        return len(done)
 
-    async def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
+    async def result_lines(self, batch_id: str, *, ok: bool) -> AsyncIterator[list[bytes]]:
         last = 0
         while True:
             async with self._db.execute(
                     "SELECT line, result FROM batch_lines WHERE batch_id = ? AND state = 'done' "
                     "AND ok = ? AND line > ? ORDER BY line LIMIT 500", (batch_id, int(ok), last)) as cur:
-                rows = await cur.fetchall()
+                rows = list(await cur.fetchall())
             if not rows:
                 return
-            for line, raw in rows:
-                data = orjson.loads(raw)
-                response = data.get("response") or {}
-                yield Result(data["custom_id"], data["id"], response.get("status_code"),
-                             response.get("body"), data.get("error"))
-                last = int(line)
+            last = int(rows[-1][0])
+            yield [bytes(raw) for _, raw in rows]
+
+    async def results(self, batch_id: str, *, ok: bool) -> AsyncIterator[Result]:
+        async for page in self.result_lines(batch_id, ok=ok):
+            for raw in page:
+                yield Result.parse(raw)
 
     async def refresh(self, batch: Batch) -> Batch:
         async with self._db.execute(f"SELECT {_COLUMNS} FROM batches WHERE id = ?",

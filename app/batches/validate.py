@@ -32,6 +32,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 MAX_ERRORS = 100
 PIECE = 500  # lines checked per worker-thread hop
 MAX_CUSTOM_ID = 512
+TOO_LONG = b"\0"  # stands for a line over the limit (its bytes are never held)
 
 
 @dataclass
@@ -97,21 +98,33 @@ def check_line(raw: bytes, number: int, endpoint: str, may_use: Callable[[str], 
 async def read_lines(chunks: AsyncIterator[bytes], max_line: int) -> AsyncIterator[list[bytes]]:
     """The file's lines (blank ones too, so numbers match the file), a few hundred at a time;
     a line over ``max_line`` bytes is given as ``b"\\0"`` (refused by :func:`check`) and the
-    rest of it is skipped as it streams, never held."""
-    rest, batch, skipping = b"", [], False
+    rest of it is skipped as it streams, never held.  Each chunk is split once and only its
+    own bytes are scanned (a long line arriving in many chunks is not re-scanned per chunk)."""
+    held: list[bytes] = []  # the pieces of the line not ended yet
+    size, skipping = 0, False
+    batch: list[bytes] = []
     async for chunk in chunks:
-        rest += chunk
-        *full, rest = rest.split(b"\n")
-        for raw in full:
-            batch.append(b"\0" if skipping or len(raw) > max_line else raw)
-            skipping = False
-        if len(rest) > max_line:
-            rest, skipping = b"", True
+        parts = chunk.split(b"\n")
+        for end in parts[:-1]:  # each ends a line
+            if skipping or size + len(end) > max_line:
+                batch.append(TOO_LONG)
+            else:
+                batch.append(b"".join([*held, end]) if held else end)
+            held, size, skipping = [], 0, False
+        tail = parts[-1]
+        if not skipping and tail:
+            size += len(tail)
+            if size > max_line:
+                held, size, skipping = [], 0, True
+            else:
+                held.append(tail)
         if len(batch) >= PIECE:
             yield batch
             batch = []
-    if rest or skipping:
-        batch.append(b"\0" if skipping else rest)
+    if skipping:
+        batch.append(TOO_LONG)
+    elif held:
+        batch.append(b"".join(held))
     if batch:
         yield batch
 

@@ -11,7 +11,11 @@ error body and the request id (never a reset connection).
 With a :class:`~app.http.usage.UsageRecorder` each request that named a model is counted for
 its key (tokens by kind, hosted-tool rounds, latency, the error code of a failed one: read
 from the error body, or a stream's terminal error); a ``background`` response is counted when
-its run ends.  The last :data:`RECENT_ERRORS` errors are kept for the operator console.
+its run ends.  A Batch API line (run in process by :mod:`app.http.internal`, which marks its
+scope with :data:`~app.http.internal.BATCH`) is counted the same way under the model name
+with :data:`BATCH_SUFFIX` (``"m (batch)"``: the same key, so its budget counts batch tokens,
+priced as the model's), its ``ocm_requests`` route label carries the suffix too, and its log
+line has ``"batch": true``.  The last :data:`RECENT_ERRORS` errors are kept for the operator console.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from app import metrics as m
 from app.core import tracing
 from app.core.errors import error_body
 from app.core.ids import random_id
+from app.http.internal import BATCH
 from app.http.limits import Lease
 from app.http.responses import JSONResponse
 from app.http.usage import UsageRecorder, cost_of
@@ -41,6 +46,7 @@ _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 RECENT_ERRORS = 200
 _GENERATION = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations", "/v1/completions",
                          "/v1/embeddings", "/v1/messages"})
+BATCH_SUFFIX = " (batch)"  # on the usage row's model and the metrics' route of a batch line
 
 
 def _route(scope: Scope) -> str:
@@ -218,7 +224,8 @@ class ObserveMiddleware:
 
     def _record(self, scope: Scope, request_id: str, method: str, status: int,
                 stats: m.RequestStats, elapsed: float, message: str = "") -> None:
-        route = _route(scope)
+        batch = bool(scope.get(BATCH))
+        route = _route(scope) + (BATCH_SUFFIX if batch else "")
         if status >= 400 or stats.error_code is not None:
             self.errors.append({"time": time.time(), "request_id": request_id, "status": status,
                                 "code": stats.error_code, "message": message, "method": method,
@@ -243,6 +250,8 @@ class ObserveMiddleware:
                 "upstream_ms": round(stats.upstream_seconds * 1000, 2)}
         if stats.steps:  # the agentic loop's generations, each with its usage
             line["steps"] = stats.steps
+        if batch:
+            line["batch"] = True
         log.info(json.dumps(line))
 
     def _account(self, scope: Scope, stats: m.RequestStats, elapsed: float, status: int) -> None:
@@ -254,6 +263,7 @@ class ObserveMiddleware:
         error = stats.error_code or (str(status) if status >= 400 else None)
         lease: Lease | None = state.get("limits_lease")
         counted = (0, 0, 0, 0, 0)
+        suffix = BATCH_SUFFIX if scope.get(BATCH) else ""
 
         def count(requests: int, seconds: float | None, error_code: str | None) -> None:
             nonlocal counted
@@ -262,7 +272,7 @@ class ObserveMiddleware:
             delta = [a - b for a, b in zip(now, counted, strict=True)]
             counted = now
             model = stats.model or "-"
-            usage.record(name, model, input_tokens=delta[0], cached_tokens=delta[1],
+            usage.record(name, model + suffix, input_tokens=delta[0], cached_tokens=delta[1],
                          output_tokens=delta[2], reasoning_tokens=delta[3], tool_rounds=delta[4],
                          error_code=error_code, seconds=seconds, requests=requests,
                          cost=cost_of(key, model, delta[0], delta[2]))

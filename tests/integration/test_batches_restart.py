@@ -92,7 +92,7 @@ def test_two_replicas_share_a_batch_and_one_finishes_what_the_killed_one_held(tm
         a_cfg = config(tmp_path / "a.toml", url, tmp_path / "a.sqlite3", pg)
         b_cfg = config(tmp_path / "b.toml", url, tmp_path / "b.sqlite3", pg)
         with run_gateway(a_cfg) as a, run_gateway(b_cfg) as b:
-            client_a, batch_id = submit(a.url)
+            _, batch_id = submit(a.url)
             client_b = openai.OpenAI(base_url=f"{b.url}/v1", api_key="x", max_retries=0)
             wait(client_b, batch_id, halfway)  # B sees A's batch (one store)
             a.process.send_signal(signal.SIGKILL)

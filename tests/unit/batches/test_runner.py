@@ -8,21 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import aiosqlite
 import orjson
 import pytest
 
 from app.batches.model import Batch, BatchStore, Result
-from app.batches.postgres_batches import PostgresBatchStore
 from app.batches.runner import BatchRunner, RunnerSettings
-from app.batches.sqlite_batches import SqliteBatchStore
 from app.knowledge.files import FileStore, NewFile
-from app.knowledge.local_files import LocalFileStore
-from app.knowledge.postgres_files import PostgresFileStore
 from tests.support.polling import until
-from tests.support.postgres import fresh_pool, postgres_server
 
 ENDPOINT = "/v1/chat/completions"
 Pair = tuple[BatchStore, FileStore]
@@ -31,23 +25,6 @@ Pair = tuple[BatchStore, FileStore]
 def request(i: int) -> bytes:
     return orjson.dumps({"custom_id": f"c{i}", "method": "POST", "url": ENDPOINT, "body": {
         "model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}})
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[BatchStore, FileStore]]:
-    db = await aiosqlite.connect(":memory:")
-    if request.param == "sqlite":
-        yield await SqliteBatchStore.open(db), await LocalFileStore.create(db, None)
-    else:
-        pool = await fresh_pool(request.getfixturevalue("postgres"))
-        yield PostgresBatchStore(pool), PostgresFileStore(pool)
-        await pool.close()
 
 
 async def setup(stores: tuple[BatchStore, FileStore], n: int) -> tuple[BatchStore, FileStore, Batch]:
@@ -94,6 +71,7 @@ async def test_transient_answers_are_retried_then_succeed(stores: Pair) -> None:
     task = asyncio.create_task(runner.run())
     done = await reached(store, batch, "completed")
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     assert (done.total, done.completed, done.failed) == (5, 5, 0)
     assert done.usage == {"input": 15, "output": 10, "cached": 0, "reasoning": 0}
     assert set(calls.values()) == {3}
@@ -112,6 +90,7 @@ async def test_retries_give_up_after_max_attempts_with_the_last_answer(stores: P
     task = asyncio.create_task(runner.run())
     done = await reached(store, batch, "completed")
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     assert (done.completed, done.failed) == (0, 2)
     failed = await outputs(store, batch, False)
     assert {r.status_code for r in failed} == {502}
@@ -126,12 +105,14 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once(stores:
     async def first(digest: str | None, path: str, body: bytes) -> tuple[int, bytes]:
         ran[orjson.loads(body)["messages"][0]["content"]] += 1
         if sum(ran.values()) > 4:
+            hanging.append(body)
             await hang.wait()
         return 200, answer(body)
 
+    hanging: list[bytes] = []
     a = BatchRunner(store, files, first, known_model=lambda m: True, settings=FAST)
     task = asyncio.create_task(a.run())
-    await until(lambda: store.refresh(batch), lambda b: b.completed >= 4 and len(a._running) >= 3)
+    await until(lambda: store.refresh(batch), lambda b: b.completed >= 4 and len(hanging) >= 3)
     # "kill -9": the worker stops; cancelled, its lines are not released (nor would a dead one's)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -147,6 +128,7 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once(stores:
     task = asyncio.create_task(b.run())
     done = await reached(store, batch, "completed")
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     out = [r.custom_id for r in await outputs(store, batch, True)]
     assert sorted(out) == sorted(f"c{i}" for i in range(8))  # each exactly once
     assert (done.completed, done.failed) == (8, 0)
@@ -168,6 +150,7 @@ async def test_leases_are_renewed_while_a_line_runs(stores: Pair) -> None:
     release.set()
     await reached(store, batch, "completed")
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_expiry_keeps_what_completed_and_reports_the_rest(stores: Pair) -> None:
@@ -186,6 +169,7 @@ async def test_expiry_keeps_what_completed_and_reports_the_rest(stores: Pair) ->
     runner.now = lambda: time.time() + 7200  # past the window
     done = await reached(store, batch, "expired")
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     assert "expired_at" in done.times and "finalizing_at" in done.times
     assert sorted(r.custom_id for r in await outputs(store, batch, True)) == ["c0", "c1"]
     failed = await outputs(store, batch, False)

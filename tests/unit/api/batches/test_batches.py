@@ -44,9 +44,12 @@ def chat_line(custom_id: str, text: str = "Hi", **body: Any) -> dict[str, Any]:
             "body": {"model": MODEL, "messages": [{"role": "user", "content": text}], **body}}
 
 
-async def finished(client: openai.AsyncOpenAI, batch_id: str) -> Any:
+async def finished(client: openai.AsyncOpenAI, batch_id: str, seconds: float = 30.0) -> Any:
+    """The batch once it is final (a loaded CI machine runs a batch slowly: a generous bound,
+    which only a stuck batch reaches)."""
     return await until(lambda: client.batches.retrieve(batch_id),
-                       lambda b: b.status in ("completed", "failed", "expired", "cancelled"))
+                       lambda b: b.status in ("completed", "failed", "expired", "cancelled"),
+                       seconds=seconds)
 
 
 async def lines_of(client: openai.AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
