@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import orjson
 
@@ -73,6 +73,29 @@ class Batch:
     model: str | None = None
     usage: dict[str, int] = field(default_factory=dict)  # input, output, cached, reasoning
     allowed_models: list[str] | None = None  # the key's allow-list when the batch was made
+
+    # the columns every store keeps, in this order; the rest is one JSON document (:meth:`doc`)
+    COLUMNS: ClassVar[str] = ("id, owner, key_digest, endpoint, input_file_id, created_at, "
+                              "expires_at, status, doc, total, completed, failed, usage")
+
+    def doc(self) -> bytes:
+        """What the store keeps of the batch beside its columns."""
+        return orjson.dumps({"metadata": self.metadata, "output_expires_after": self.output_expires_after,
+                             "times": self.times, "output_file_id": self.output_file_id,
+                             "error_file_id": self.error_file_id, "errors": self.errors,
+                             "model": self.model, "allowed_models": self.allowed_models})
+
+    @classmethod
+    def from_row(cls, row: Iterable[Any]) -> Batch:
+        """A batch from its :data:`COLUMNS` as a store reads them."""
+        (bid, owner, digest, endpoint, input_file, created, expires, status, doc, total, completed,
+         failed, usage) = tuple(row)
+        extra = orjson.loads(doc)
+        return cls(str(bid), str(owner), digest, str(endpoint), str(input_file), int(created),
+                   int(expires), status, extra.get("metadata"), extra.get("output_expires_after"),
+                   extra.get("times", {}), extra.get("output_file_id"), extra.get("error_file_id"),
+                   extra.get("errors"), int(total), int(completed), int(failed), extra.get("model"),
+                   orjson.loads(usage), extra.get("allowed_models"))
 
     def resource(self) -> Json:
         """The ``batch`` object OpenAI's API returns."""

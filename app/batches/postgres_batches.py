@@ -16,25 +16,8 @@ import orjson
 from app.batches.model import ACTIVE, Batch, Json, Line, Result, Status, abandoned
 from app.stores.postgres import guard
 
-_COLUMNS = ("id, owner, key_digest, endpoint, input_file_id, created_at, expires_at, status, doc, "
-            "total, completed, failed, usage")
+_COLUMNS = Batch.COLUMNS
 
-
-def _batch(row: asyncpg.Record) -> Batch:
-    extra = orjson.loads(row["doc"])
-    return Batch(row["id"], row["owner"], row["key_digest"], row["endpoint"], row["input_file_id"],
-                 int(row["created_at"]), int(row["expires_at"]), row["status"], extra.get("metadata"),
-                 extra.get("output_expires_after"), extra.get("times", {}), extra.get("output_file_id"),
-                 extra.get("error_file_id"), extra.get("errors"), int(row["total"]),
-                 int(row["completed"]), int(row["failed"]), extra.get("model"),
-                 orjson.loads(row["usage"]), extra.get("allowed_models"))
-
-
-def _doc(batch: Batch) -> bytes:
-    return orjson.dumps({"metadata": batch.metadata, "output_expires_after": batch.output_expires_after,
-                         "times": batch.times, "output_file_id": batch.output_file_id,
-                         "error_file_id": batch.error_file_id, "errors": batch.errors,
-                         "model": batch.model, "allowed_models": batch.allowed_models})
 
 
 class PostgresBatchStore:
@@ -46,14 +29,14 @@ class PostgresBatchStore:
             await self._pool.execute(
                 f"INSERT INTO batches ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)",
                 batch.id, batch.owner, batch.key_digest, batch.endpoint, batch.input_file_id,
-                batch.created_at, batch.expires_at, batch.status, _doc(batch), batch.total,
+                batch.created_at, batch.expires_at, batch.status, batch.doc(), batch.total,
                 batch.completed, batch.failed, orjson.dumps(batch.usage).decode())
 
     async def get(self, batch_id: str, owner: str) -> Batch | None:
         async with guard():
             row = await self._pool.fetchrow(f"SELECT {_COLUMNS} FROM batches WHERE id = $1 AND owner = $2",
                                             batch_id, owner)
-        return None if row is None else _batch(row)
+        return None if row is None else Batch.from_row(row)
 
     async def page(self, owner: str, *, limit: int, after: str | None) -> list[Batch] | None:
         async with guard():
@@ -66,19 +49,19 @@ class PostgresBatchStore:
                 start = int(found)
             rows = await self._pool.fetch(f"SELECT {_COLUMNS} FROM batches WHERE owner = $1 AND "
                                           "seq < $2 ORDER BY seq DESC LIMIT $3", owner, start, limit)
-        return [_batch(row) for row in rows]
+        return [Batch.from_row(row) for row in rows]
 
     async def active(self) -> list[Batch]:
         async with guard():
             rows = await self._pool.fetch(f"SELECT {_COLUMNS} FROM batches WHERE status = ANY($1) "
                                           "ORDER BY seq", list(ACTIVE))
-        return [_batch(row) for row in rows]
+        return [Batch.from_row(row) for row in rows]
 
     async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
         async with guard():
             done = await self._pool.execute(
                 "UPDATE batches SET status = $1, doc = $2, total = $3 WHERE id = $4 "
-                "AND ($5::text[] IS NULL OR status = ANY($5))", batch.status, _doc(batch), batch.total,
+                "AND ($5::text[] IS NULL OR status = ANY($5))", batch.status, batch.doc(), batch.total,
                 batch.id, None if expect is None else list(expect))
         return bool(done.endswith(" 1"))
 
@@ -171,7 +154,7 @@ class PostgresBatchStore:
     async def refresh(self, batch: Batch) -> Batch:
         async with guard():
             row = await self._pool.fetchrow(f"SELECT {_COLUMNS} FROM batches WHERE id = $1", batch.id)
-        return batch if row is None else _batch(row)
+        return batch if row is None else Batch.from_row(row)
 
     async def close(self) -> None:
         return None

@@ -50,26 +50,8 @@ CREATE TABLE IF NOT EXISTS batch_lines (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batch_lines_todo ON batch_lines (batch_id, state, not_before)
 """
-_COLUMNS = ("id, owner, key_digest, endpoint, input_file_id, created_at, expires_at, status, doc, "
-            "total, completed, failed, usage")
+_COLUMNS = Batch.COLUMNS
 
-
-def _batch(row: Sequence[Any]) -> Batch:
-    (bid, owner, digest, endpoint, input_file, created, expires, status, doc, total, completed,
-     failed, usage) = tuple(row)
-    extra = orjson.loads(doc)
-    return Batch(str(bid), str(owner), digest, str(endpoint), str(input_file), int(created),
-                 int(expires), status, extra.get("metadata"), extra.get("output_expires_after"),
-                 extra.get("times", {}), extra.get("output_file_id"), extra.get("error_file_id"),
-                 extra.get("errors"), int(total), int(completed), int(failed), extra.get("model"),
-                 orjson.loads(usage), extra.get("allowed_models"))
-
-
-def _doc(batch: Batch) -> bytes:
-    return orjson.dumps({"metadata": batch.metadata, "output_expires_after": batch.output_expires_after,
-                         "times": batch.times, "output_file_id": batch.output_file_id,
-                         "error_file_id": batch.error_file_id, "errors": batch.errors,
-                         "model": batch.model, "allowed_models": batch.allowed_models})
 
 
 class SqliteBatchStore:
@@ -87,14 +69,14 @@ class SqliteBatchStore:
             await db.execute(
                 f"INSERT INTO batches ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (batch.id, batch.owner, batch.key_digest, batch.endpoint, batch.input_file_id,
-                 batch.created_at, batch.expires_at, batch.status, _doc(batch), batch.total,
+                 batch.created_at, batch.expires_at, batch.status, batch.doc(), batch.total,
                  batch.completed, batch.failed, orjson.dumps(batch.usage)))
 
     async def get(self, batch_id: str, owner: str) -> Batch | None:
         async with self._db.execute(f"SELECT {_COLUMNS} FROM batches WHERE id = ? AND owner = ?",
                                     (batch_id, owner)) as cur:
             row = await cur.fetchone()
-        return None if row is None else _batch(row)
+        return None if row is None else Batch.from_row(row)
 
     async def page(self, owner: str, *, limit: int, after: str | None) -> list[Batch] | None:
         start = 1 << 62
@@ -108,17 +90,17 @@ class SqliteBatchStore:
         async with self._db.execute(
                 f"SELECT {_COLUMNS} FROM batches WHERE owner = ? AND seq < ? ORDER BY seq DESC "
                 "LIMIT ?", (owner, start, limit)) as cur:
-            return [_batch(row) for row in await cur.fetchall()]
+            return [Batch.from_row(row) for row in await cur.fetchall()]
 
     async def active(self) -> list[Batch]:
         marks = ",".join("?" * len(ACTIVE))
         async with self._db.execute(f"SELECT {_COLUMNS} FROM batches WHERE status IN ({marks}) "
                                     "ORDER BY seq", ACTIVE) as cur:
-            return [_batch(row) for row in await cur.fetchall()]
+            return [Batch.from_row(row) for row in await cur.fetchall()]
 
     async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
         sql = "UPDATE batches SET status = ?, doc = ?, total = ? WHERE id = ?"
-        args: list[Any] = [batch.status, _doc(batch), batch.total, batch.id]
+        args: list[Any] = [batch.status, batch.doc(), batch.total, batch.id]
         if expect is not None:
             sql += f" AND status IN ({','.join('?' * len(expect))})"
             args += list(expect)
@@ -227,7 +209,7 @@ class SqliteBatchStore:
         async with self._db.execute(f"SELECT {_COLUMNS} FROM batches WHERE id = ?",
                                     (batch.id,)) as cur:
             row = await cur.fetchone()
-        return batch if row is None else _batch(row)
+        return batch if row is None else Batch.from_row(row)
 
     async def close(self) -> None:
         return None
