@@ -24,12 +24,12 @@ from tests.support.wire import load
 
 pytestmark = pytest.mark.integration
 FINAL = [c["text"].encode() for c in load("03a_completion_tokenids_stream")["response"]["chunks"]]
-LINES = 40
+LINES = 1000  # the issue's "done when": 1,000 chat requests, the gateway killed halfway
 
 
 def config(path: Path, upstream: str, store: Path, url: str | None = None) -> Path:
     pg = f'url = "{url}"\n' if url else ""
-    path.write_text(f'[store]\npath = "{store}"\n{pg}[limits]\nmax_inflight = 8\n'
+    path.write_text(f'[store]\npath = "{store}"\n{pg}[limits]\nmax_inflight = 32\n'
                     f'[batches]\nshare = 0.25\npoll_seconds = 0.1\nlease_seconds = 2\n'
                     f'[models.final]\nbase_urls = ["{upstream}"]\n')
     return path
@@ -47,7 +47,7 @@ def submit(base: str) -> tuple[openai.OpenAI, str]:
     return client, batch.id
 
 
-def wait(client: openai.OpenAI, batch_id: str, ok: Callable[[Any], bool], seconds: float = 60) -> Any:
+def wait(client: openai.OpenAI, batch_id: str, ok: Callable[[Any], bool], seconds: float = 240) -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         batch = client.batches.retrieve(batch_id)
@@ -67,11 +67,11 @@ def exactly_once(client: openai.OpenAI, batch: Any) -> None:
 
 
 def halfway(batch: Any) -> bool:
-    return bool(batch.request_counts and batch.request_counts.completed >= 10)
+    return bool(batch.request_counts and batch.request_counts.completed >= LINES // 2)
 
 
 def test_kill_9_halfway_then_restart_runs_every_line_once(tmp_path: Path) -> None:
-    up = LoopbackUpstream(mode="final", events=FINAL, pace=True, interval=0.03)
+    up = LoopbackUpstream(mode="final", events=FINAL, pace=True, interval=0.005)
     with up.running() as url:
         cfg = config(tmp_path / "gw.toml", url, tmp_path / "gw.sqlite3")
         with run_gateway(cfg) as gw:
@@ -87,7 +87,7 @@ def test_kill_9_halfway_then_restart_runs_every_line_once(tmp_path: Path) -> Non
 
 
 def test_two_replicas_share_a_batch_and_one_finishes_what_the_killed_one_held(tmp_path: Path) -> None:
-    up = LoopbackUpstream(mode="final", events=FINAL, pace=True, interval=0.03)
+    up = LoopbackUpstream(mode="final", events=FINAL, pace=True, interval=0.005)
     with postgres_server() as pg, up.running() as url:
         a_cfg = config(tmp_path / "a.toml", url, tmp_path / "a.sqlite3", pg)
         b_cfg = config(tmp_path / "b.toml", url, tmp_path / "b.sqlite3", pg)
