@@ -8,8 +8,10 @@ one of its own.  :class:`LocalSignals` (one process) publishes nowhere; :class:`
 uses a Redis pub/sub channel (``[redis] url``).  Delivery is at most once and only to
 replicas listening at that moment: the caller confirms the effect in the store (the run's
 owner writes ``cancelled`` when its run ends) and a dead owner's run is found by its stale
-heartbeat (``run_lost``).  Redis unreachable is never a 500 or a cut stream: a cancel is a
-503 ``signals_unavailable`` (:class:`SignalsUnavailable`), a reader goes on from the store.
+heartbeat (``run_lost``).  Redis unreachable is never a 500 or a cut stream: :meth:`cancel`
+raises :class:`SignalsUnavailable` (503 ``signals_unavailable``), and the Responses API then
+records the cancel in the store, where the owner's heartbeat reads it
+(:func:`app.api.responses.following.cancel_elsewhere`); a reader goes on from the store.
 """
 
 from __future__ import annotations

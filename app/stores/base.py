@@ -21,8 +21,12 @@ Contract (both stores):
 :class:`ResponseStore`: ``put`` is an upsert of a response's resource (``id``,
 ``created_at``, ``status`` inside it) and its input context; it also stamps the time, which
 ``touch`` renews for runs still in flight in this process (a run whose process died is told
-by its stale time).  Context items of :data:`app.stores.blobs.BLOB_MIN` bytes or more are kept
-once per owner and shared by every response whose context holds them (the rules:
+by its stale time).  ``request_cancel`` records that a client asked to cancel an owner's
+response still in flight (another replica runs it and Redis cannot carry the signal); ``touch``
+answers which of the runs it renewed carry that request, so their process cancels them at its
+next heartbeat.  The request stays with the response (a cancel is idempotent).  Context
+items of :data:`app.stores.blobs.BLOB_MIN` bytes or more are kept once per owner and shared
+by every response whose context holds them (the rules:
 :mod:`app.stores.blobs`).  ``put_events`` / ``get_events`` keep a background response's streamed
 events for readers after its end.  ``delete`` removes the response and its events.
 
@@ -60,7 +64,14 @@ def conversation_resource(conversation_id: str, created_at: int, metadata: dict[
 class ResponseStore(Protocol):
     async def put(self, resource: Json, input_items: list[Json], owner: str) -> None: ...
 
-    async def touch(self, response_ids: list[str]) -> None: ...
+    async def touch(self, response_ids: list[str]) -> set[str]:
+        """Heartbeat of runs in flight here; which of them have a cancel requested."""
+        ...
+
+    async def request_cancel(self, response_id: str, owner: str) -> bool:
+        """Record a cancel of ``owner``'s response if it is still ``queued`` / ``in_progress``
+        (whether it was recorded: False for an ended, missing or another owner's one)."""
+        ...
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None: ...
 

@@ -13,6 +13,8 @@ import orjson
 from app.stores import blobs
 from app.stores.base import Json, StoredResponse, conversation_resource
 
+_RUNNING = ("queued", "in_progress")  # a cancel can be requested only for these
+
 
 def _copy(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
@@ -37,6 +39,7 @@ class _Response:
     input_items: bytes  # as :func:`app.stores.blobs.split` stores them
     digests: frozenset[str]
     updated_at: float
+    cancel_requested: bool = False
 
 
 class MemoryResponseStore:
@@ -49,9 +52,11 @@ class MemoryResponseStore:
         stored = blobs.split(input_items)
         for digest, data in stored.blobs.items():
             self._blobs[owner, digest] = data
-        # an existing id keeps its place (insertion order)
+        # an existing id keeps its place (insertion order), and a cancel requested for it
+        before = self._rows.get(resource["id"])
         self._rows[resource["id"]] = _Response(owner, _copy(resource), stored.items,
-                                               frozenset(stored.blobs), time.time())
+                                               frozenset(stored.blobs), time.time(),
+                                               before is not None and before.cancel_requested)
 
     def _drop_orphans(self, candidates: set[tuple[str, str]]) -> None:
         used = {(row.owner, digest) for row in self._rows.values() for digest in row.digests}
@@ -61,11 +66,19 @@ class MemoryResponseStore:
     async def blob_sizes(self, owner: str) -> dict[str, int]:
         return {digest: len(data) for (who, digest), data in self._blobs.items() if who == owner}
 
-    async def touch(self, response_ids: list[str]) -> None:
+    async def touch(self, response_ids: list[str]) -> set[str]:
         now = time.time()
         for rid in response_ids:
             if rid in self._rows:
                 self._rows[rid].updated_at = now
+        return {rid for rid in response_ids if rid in self._rows and self._rows[rid].cancel_requested}
+
+    async def request_cancel(self, response_id: str, owner: str) -> bool:
+        row = self._rows.get(response_id)
+        if row is None or row.owner != owner or row.resource.get("status") not in _RUNNING:
+            return False
+        row.cancel_requested = True
+        return True
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         row = self._rows.get(response_id)

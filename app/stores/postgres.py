@@ -7,7 +7,8 @@ contract: :mod:`app.stores.base`).  Selected by ``[store] url = "postgresql://..
 * **Tables**: ``responses`` (creation order: an identity column an upsert keeps),
   ``response_events``, ``conversations``, ``conversation_items`` (an identity sequence per
   row; appends are row inserts), ``chat_completions`` (step 4, :mod:`.postgres_chat`),
-  ``files`` + ``file_chunks`` (step 5, :mod:`app.knowledge.postgres_files`).
+  ``files`` + ``file_chunks`` (step 5, :mod:`app.knowledge.postgres_files`); step 8 adds
+  ``responses.cancel_requested`` (a cancel the owner's heartbeat reads: Redis down).
   Objects are stored as orjson bytes (events zlib-compressed), never parsed by the server.
 * **Blobs** (step 3; :mod:`app.stores.blobs`): a put upserts its blobs in digest order (the
   upsert locks each row), a delete locks the blobs of its response in the same order before it
@@ -149,6 +150,8 @@ CREATE TABLE ingest_jobs (seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE, vector
     attempts INT NOT NULL DEFAULT 0, PRIMARY KEY (vector_store_id, file_id));
 CREATE INDEX ingest_jobs_lease ON ingest_jobs (lease_until, seq);
 """,  # step 7: vector stores and their ingestion jobs (app/knowledge/postgres_catalog.py)
+    "ALTER TABLE responses ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT FALSE",
+    # step 8: a cancel recorded for the owning replica's heartbeat (Redis down)
 )
 _LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 
@@ -243,11 +246,23 @@ class PostgresResponseStore:
                 rid, owner, int(resource["created_at"]), resource["status"],
                 orjson.dumps(resource), stored.items, now)
 
-    async def touch(self, response_ids: list[str]) -> None:
-        if response_ids:
-            async with guard():
-                await self._pool.execute("UPDATE responses SET updated_at = $1 WHERE id = ANY($2::text[])",
-                                         time.time(), response_ids)
+    async def touch(self, response_ids: list[str]) -> set[str]:
+        """Heartbeat; which of these have a cancel requested (:meth:`request_cancel`)."""
+        if not response_ids:
+            return set()
+        async with guard():
+            rows = await self._pool.fetch("UPDATE responses SET updated_at = $1 WHERE id = "
+                                          "ANY($2::text[]) RETURNING id, cancel_requested",
+                                          time.time(), response_ids)
+        return {str(row[0]) for row in rows if row[1]}
+
+    async def request_cancel(self, response_id: str, owner: str) -> bool:
+        """Record a cancel of ``owner``'s response still in flight, for its replica's heartbeat."""
+        async with guard():
+            status = await self._pool.execute(
+                "UPDATE responses SET cancel_requested = TRUE WHERE id = $1 AND owner = $2 AND "
+                "status IN ('queued', 'in_progress')", response_id, owner)
+        return str(status) != "UPDATE 0"
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         async with guard():

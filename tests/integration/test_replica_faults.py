@@ -1,8 +1,9 @@
 """Replicas under faults, on the real servers (PostgreSQL and Redis from Debian): Redis stopped
-under a cancel and under streams followed from another replica; PostgreSQL stopped around the
+under a cancel (carried to the owner through the store) and under streams followed from
+another replica; PostgreSQL stopped around the
 end of stored runs; the replica that owns a background run killed with -9 while another
-replica's client follows it.  Every answer is what the store records: a clean 503 with
-``Retry-After`` in OpenAI's error envelope, or a stream that ends with its terminal event;
+replica's client follows it.  Every answer is what the store records: the response, a clean
+503 with ``Retry-After`` in OpenAI's error envelope, or a stream that ends with its terminal event;
 never a 500, a cut stream, or ``completed`` for a response the store does not have."""
 
 from __future__ import annotations
@@ -84,20 +85,22 @@ def contiguous(events: list[Json], first: int) -> None:
     assert seqs == list(range(first, first + len(seqs))), seqs
 
 
-async def test_redis_down_a_cancel_is_a_503_and_followers_end_with_the_stored_terminal(
+async def test_redis_down_a_cancel_reaches_the_owner_through_the_store(
         pg: Cluster, tmp_path: Path) -> None:
     """Redis stopped while A runs a background response that B's client follows from Redis:
-    a cancel on B is a 503 ``signals_unavailable`` with ``Retry-After`` (was a 500); B's
-    stream, and one opened on B after Redis stopped, end with the terminal A stores once the
-    run ends (were cut with no terminal); a rate-limited key still gets through (``open``).
-    Redis back, a cancel on B reaches A again (no restart)."""
+    a cancel on B is recorded in the store and A's heartbeat (0.5 s here) ends the run, so the
+    cancel answers 200 ``cancelled`` as it does with Redis (was a 500, then a 503
+    ``signals_unavailable``); B's stream, and one opened on B after Redis stopped, end with the
+    terminal A stores (were cut with no terminal); a rate-limited key still gets through
+    (``open``).  Redis back, a cancel on B reaches A through Redis again (no restart)."""
     with redis_server() as redis:
         url = await fresh_database(pg.url)
         upstream = EndlessUpstream()
-        b_config = on(url, tmp_path / "b.sqlite3", redis.url)
+        b_config = on(url, tmp_path / "b.sqlite3", redis.url, heartbeat_seconds=0.5)
         b_config = b_config.model_copy(update={"limits": b_config.limits.model_copy(
             update={"requests_per_minute": 1000})})
-        async with in_process(endless_transport(upstream), on(url, tmp_path / "a.sqlite3", redis.url)) as a, \
+        a_config = on(url, tmp_path / "a.sqlite3", redis.url, heartbeat_seconds=0.5)
+        async with in_process(endless_transport(upstream), a_config) as a, \
                 in_process(Switch(answer("x")).transport(), b_config) as b:
             rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
                                                         "background": True})).json()["id"]
@@ -117,34 +120,74 @@ async def test_redis_down_a_cancel_is_a_503_and_followers_end_with_the_stored_te
                 await asyncio.sleep(0.05)
             assert len(live) >= 3
             await asyncio.to_thread(redis.stop)
-            cancel = await b.post(f"/v1/responses/{rid}/cancel")
-            assert cancel.status_code == 503, cancel.text
-            assert cancel.json()["error"]["code"] == "signals_unavailable"
-            assert cancel.json()["error"]["type"] == "server_error"
-            assert int(cancel.headers["retry-after"]) >= 1
             plain = await b.post("/v1/responses", json={"model": MODEL, "input": "x", "store": False})
             assert plain.status_code == 200, plain.text  # limits: on_failure = open
             late: list[Json] = []
             second = asyncio.ensure_future(follow(late))  # opened with Redis down
             await asyncio.sleep(0.3)
-            assert (await a.post(f"/v1/responses/{rid}/cancel")).json()["status"] == "cancelled"
+            assert (await b.get(f"/v1/responses/{rid}")).json()["status"] == "in_progress"
             t0 = time.monotonic()
+            cancel = await b.post(f"/v1/responses/{rid}/cancel")
+            took = time.monotonic() - t0
+            assert cancel.status_code == 200, cancel.text
+            assert cancel.json()["id"] == rid and cancel.json()["status"] == "cancelled"
+            assert took < 3, took  # a heartbeat (0.5 s) and the end stored, not the 5 s wait
             for events in await asyncio.wait_for(asyncio.gather(first, second), 15):
                 end = one_terminal(events)
                 assert end["type"] == "response.failed" and end["response"]["status"] == "cancelled"
                 contiguous(events, 1)
-            assert time.monotonic() - t0 < 5
-            assert (await b.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+            for replica in (a, b):
+                assert (await replica.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+            again = await b.post(f"/v1/responses/{rid}/cancel")  # ended: as with Redis
+            assert again.status_code == 400 and again.json()["error"]["param"] == "response_id"
             await asyncio.to_thread(redis.start)  # back: the same replicas cancel across again
-            again = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
-                                                          "background": True})).json()["id"]
+            again_id = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                             "background": True})).json()["id"]
             for _ in range(50):
-                cancel = await b.post(f"/v1/responses/{again}/cancel")
+                cancel = await b.post(f"/v1/responses/{again_id}/cancel")
                 if cancel.status_code == 200:
                     break
                 assert cancel.status_code == 503, cancel.text
                 await asyncio.sleep(0.2)
             assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled"
+
+
+async def test_redis_down_a_cancel_the_owner_has_not_read_yet_answers_in_progress(
+        pg: Cluster, tmp_path: Path) -> None:
+    """Redis stopped, and the owner's heartbeat (8 s: its first beat comes 8 s after it
+    started) later than the non-owner's wait for it (B's heartbeat + 1 s = 1.2 s): the cancel
+    answers 200 with the response as it stands, ``in_progress``, the cancel recorded; the owner
+    ends the run ``cancelled`` at that heartbeat, which both replicas then read.  A cancel on
+    the owner itself is unchanged (at once)."""
+    with redis_server() as redis:
+        url = await fresh_database(pg.url)
+        upstream = EndlessUpstream()
+        a_config = on(url, tmp_path / "a.sqlite3", redis.url, heartbeat_seconds=8.0)
+        b_config = on(url, tmp_path / "b.sqlite3", redis.url, heartbeat_seconds=0.2)
+        async with in_process(endless_transport(upstream), a_config) as a:
+            first_beat = time.monotonic() + 8.0
+            async with in_process(Switch(answer("x")).transport(), b_config) as b:
+                rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                            "background": True})).json()["id"]
+                await asyncio.wait_for(upstream.five_sent.wait(), 5)
+                await asyncio.to_thread(redis.stop)
+                answered = await b.post(f"/v1/responses/{rid}/cancel")
+                assert time.monotonic() < first_beat  # else this test measures nothing
+                assert answered.status_code == 200, answered.text
+                assert answered.json()["id"] == rid and answered.json()["status"] == "in_progress"
+                assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "in_progress"
+                status = "in_progress"
+                for _ in range(200):  # A's first heartbeat cancels it
+                    status = (await b.get(f"/v1/responses/{rid}")).json()["status"]
+                    if status != "in_progress":
+                        break
+                    await asyncio.sleep(0.1)
+                assert status == "cancelled"
+                assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "cancelled"
+                other = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                              "background": True})).json()["id"]
+                mine = await a.post(f"/v1/responses/{other}/cancel")  # the owner: at once
+                assert mine.status_code == 200 and mine.json()["status"] == "cancelled"
 
 
 class Gated:

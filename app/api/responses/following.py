@@ -1,6 +1,7 @@
 """Responses run by another replica (or by none any more): a cancel sent to the owner
-(:func:`cancel_elsewhere`), a run whose owner stopped updating it (:func:`lost`), and where a
-follower's stream gets its end when Redis does not say (:class:`StoredEnd`, the
+(:func:`cancel_elsewhere`: on Redis, or recorded in the store when Redis is down), a run
+whose owner stopped updating it (:func:`lost`), and where a follower's stream gets its end
+when Redis does not say (:class:`StoredEnd`, the
 :class:`~app.engine.signals.Settle` of a :class:`~app.engine.signals.RemoteReader`).
 
 The owner stores a run's end (its events and the resource) before anyone hears its terminal;
@@ -36,30 +37,47 @@ def lost(resource: Json) -> Json:
 
 
 async def cancel_elsewhere(signals: Signals, response_id: str,
-                           read: Callable[[], Awaitable[StoredResponse]]) -> Json:
+                           read: Callable[[], Awaitable[StoredResponse]],
+                           record: Callable[[], Awaitable[bool]] | None = None, *,
+                           record_wait: float = 6.0) -> Json:
     """The run is another replica's: signal it, then wait (5 s at most) for its owner to
-    store the end.  A published signal reaches only listeners subscribed at that moment (a
-    replica whose Redis connection is being re-made misses it), so it is published again
-    every half second until the end is stored: delivered at least once, and a cancel is
-    idempotent.  Redis unavailable for the first signal: 503 ``signals_unavailable`` with
-    ``Retry-After`` (nothing was cancelled); for a later one, the first may still land."""
+    store the end, and answer the stored response.  A published signal reaches only listeners
+    subscribed at that moment (a replica whose Redis connection is being re-made misses it),
+    so it is published again every half second until the end is stored: delivered at least
+    once, and a cancel is idempotent.  The owner not confirming in time: 503 with
+    ``Retry-After``.
+
+    Redis unavailable: with ``record`` (the store's ``request_cancel``) the cancel is recorded
+    in the store instead, where the owner's heartbeat reads it; the wait is then
+    ``record_wait`` from that moment (a heartbeat and a margin), and its end answers the
+    response as it stands: ``cancelled`` once the owner acted, else still ``in_progress``, the
+    cancel recorded (the owner ends it at its next heartbeat).  Without ``record``, Redis
+    unavailable for the first signal is a 503 ``signals_unavailable`` (nothing cancelled); for a
+    later one, the first may still land."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5.0
     signal_at = loop.time()
-    sent = False
+    sent = recorded = False
     while loop.time() < deadline:
-        if loop.time() >= signal_at:
+        if loop.time() >= signal_at and not recorded:
             signal_at = loop.time() + 0.5
             try:
                 await signals.cancel(response_id)
                 sent = True
             except SignalsUnavailable:
-                if not sent:
+                if record is None and not sent:
                     raise
-        await asyncio.sleep(0.05)
+                if record is not None:  # through the store; Redis is no longer tried
+                    recorded = True
+                    deadline = max(deadline, loop.time() + record_wait)
+                    if not await record():  # ended (or gone) meanwhile: answer what is stored
+                        return (await read()).resource
+        await asyncio.sleep(0.2 if recorded else 0.05)
         stored = await read()
         if stored.resource["status"] not in RUNNING:
             return stored.resource
+    if recorded:
+        return (await read()).resource
     raise Overloaded(f"The replica running response {response_id!r} did not confirm the cancel; "
                      "try again.", retry_after=1.0)
 

@@ -10,7 +10,7 @@ Streaming, waiting, background and cancellation are the engine's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -54,6 +54,7 @@ from schemas.responses import (
 )
 
 Json = dict[str, Any]
+log = logging.getLogger("ocm_gateway")
 CONVERSATION = "conversation"  # the label of context items that come from a conversation
 BIG = 256  # items: more are resolved / compacted in a worker thread (the event loop stays free)
 
@@ -169,12 +170,25 @@ class ResponsesService:
         return frozenset(name for name, service in there if service is not None)
 
     async def heartbeat(self) -> None:
-        """Run for the life of the process: mark this process's stored runs as alive."""
+        """Run for the life of the process: mark this process's stored runs as alive, and
+        cancel those whose cancel another replica recorded in the store (Redis was down)."""
+        failing = False
         while True:
             await asyncio.sleep(self.registry.config.store.heartbeat_seconds)
             ids = [rid for rid, run in self.engine.runs.items() if run.persisted]
-            with contextlib.suppress(Exception):
-                await self.store.touch(ids)
+            try:
+                cancels = await self.store.touch(ids)
+            except Exception as exc:  # the next beat tries again (logged once per outage)
+                if not failing:
+                    log.warning("heartbeat: the store did not answer (%s)", type(exc).__name__)
+                failing = True
+                continue
+            failing = False
+            for rid in cancels:
+                run = self.engine.find(rid)
+                if run is not None:
+                    log.info("response %s: cancelled as recorded in the store", rid)
+                    run.cancel()
 
     async def _stored(self, response_id: str, who: Principal, param: str = "response_id") -> StoredResponse:
         """A stored response of ``who``'s tenant, on a model ``who`` may use; else 404. One
@@ -424,8 +438,11 @@ class ResponsesService:
         if run is None:
             stored = await self._stored(response_id, who)
             if stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
-                return await cancel_elsewhere(self.signals, response_id,
-                                              lambda: self._stored(response_id, who))
+                beat = self.registry.config.store.heartbeat_seconds  # Redis down: the owner's
+                return await cancel_elsewhere(  # next heartbeat reads the recorded cancel
+                    self.signals, response_id, lambda: self._stored(response_id, who),
+                    lambda: self.store.request_cancel(response_id, who.tenant),
+                    record_wait=min(beat + 1.0, 10.0))
             raise InvalidRequest(f"Response {response_id!r} is not in progress (status "
                                  f"{stored.resource['status']!r}); only in-flight responses can be "
                                  "cancelled.", param="response_id")

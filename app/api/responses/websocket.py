@@ -93,8 +93,11 @@ class SocketStore:
     async def put(self, resource: StoreJson, input_items: list[StoreJson], owner: str) -> None:
         await self.shared.put(resource, input_items, owner)
 
-    async def touch(self, response_ids: list[str]) -> None:
-        await self.shared.touch(response_ids)
+    async def touch(self, response_ids: list[str]) -> set[str]:
+        return await self.shared.touch(response_ids)
+
+    async def request_cancel(self, response_id: str, owner: str) -> bool:
+        return await self.shared.request_cancel(response_id, owner)
 
     async def delete(self, response_id: str, owner: str) -> bool:
         return await self.shared.delete(response_id, owner)
