@@ -1,7 +1,8 @@
 """``ocm-gateway conformance``: point it at any Open Responses / OpenAI-compatible server.
 
 ``ocm-gateway conformance --base-url http://host:port/v1 --model M [--api-key K]
-[--only PATTERN] [--json] [--timeout S] [--enable-offline-web-search]`` runs the Open
+[--only PATTERN] [--json] [--timeout S] [--enable-offline-web-search]
+[--file-search-vector-store ID]`` runs the Open
 Responses compliance tests
 (:mod:`.responses`, :mod:`.websocket`) and a Chat Completions section (:mod:`.chat`), each with
 three verdicts: the test's own assertions, strict schema validation (:mod:`.spec`) and wire
@@ -52,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the tests and exit")
     parser.add_argument("--enable-offline-web-search", action="store_true",
                         help="run the optional offline-web-search test (the server needs a search index)")
+    parser.add_argument("--file-search-vector-store", metavar="ID", default=None,
+                        help="the vector store the file-search test searches (default: the run "
+                             "uploads a small file, makes a store of it and deletes both after; "
+                             "not applicable when the server has no vector stores or no embedding model)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ocm-gateway conformance: {note}", file=sys.stderr)
     base = api_root(args.base_url)
     client = Client(base, args.api_key, args.timeout)
-    ctx = responses.Context(client, args.model, args.enable_offline_web_search)
+    ctx = responses.Context(client, args.model, args.enable_offline_web_search,
+                            args.file_search_vector_store)
     results: list[runner.Result] = []
     try:
         for case in cases:

@@ -1,8 +1,9 @@
 """The Open Responses compliance tests, reimplemented from the public suite's definitions.
 
 The requests and assertions follow the public suite (openresponses/openresponses,
-``src/lib/compliance-tests.ts``): 17 tests and its optional ``offline-web-search`` (run with
-``--enable-offline-web-search``; its ``file-search`` needs OpenAI's vector stores), plus
+``src/lib/compliance-tests.ts``): 17 tests, its optional ``offline-web-search`` (run with
+``--enable-offline-web-search``) and ``file-search`` (:mod:`app.cli.conformance.file_search`:
+on a vector store the run makes, or ``--file-search-vector-store``), plus
 ``tool-calling-streaming`` (in earlier
 versions of that suite) and ``file-input`` (this runner's own, the ``input_file`` twin of
 ``image-input``).  The suite's ``websocket-generate-false`` is left out: ``generate`` is not
@@ -39,10 +40,12 @@ HEART_PNG = (
 class Context:
     """What a test needs: the client and the model under test."""
 
-    def __init__(self, client: Client, model: str, offline_web_search: bool = False) -> None:
+    def __init__(self, client: Client, model: str, offline_web_search: bool = False,
+                 file_search_store: str | None = None) -> None:
         self.client = client
         self.model = model
         self.offline_web_search = offline_web_search
+        self.file_search_store = file_search_store  # None: the file-search case makes one
 
 
 def user(text: str) -> Json:
@@ -185,7 +188,7 @@ def _file_input(ctx: Context, check: Check) -> None:
     _simple({"input": [{"type": "message", "role": "user", "content": content}]})(ctx, check)
 
 
-def _hosted_items_typed(check: Check, items: list[Json]) -> None:
+def hosted_items_typed(check: Check, items: list[Json]) -> None:
     """Items the Open Responses document does not define but OpenAI's API does (the gateway
     emits OpenAI's types for hosted tools): checked with the OpenAI SDK's types."""
     try:
@@ -225,12 +228,13 @@ def _offline_web_search(ctx: Context, check: Check) -> None:
     if isinstance(r.get("tool_choice"), dict) and r["tool_choice"].get("type") == "web_search":
         standard["tool_choice"] = "required"  # a hosted choice the document has no schema for
     check.schema("ResponseResource", standard)
-    _hosted_items_typed(check, hosted)
+    hosted_items_typed(check, hosted)
     has_output(check, r)
     has_type(check, r, "web_search_call")
 
 
 def cases() -> list[TestCase]:
+    from app.cli.conformance import file_search
     from app.cli.conformance import websocket as ws
 
     image = [{"type": "input_text", "text": "What do you see in this image? Answer in one sentence."},
@@ -266,5 +270,6 @@ def cases() -> list[TestCase]:
         TestCase("multi-turn", r, "Multi-turn Conversation", _simple({"input": multi})),
         TestCase("compact-response", r, "Compaction Endpoint", _compact),
         TestCase("compact-missing-model", r, "Compaction Missing Required Model", _compact_missing_model),
+        TestCase("file-search", r, "File Search", file_search.run),
         TestCase("offline-web-search", r, "Offline Web Search", _offline_web_search),
     ]

@@ -73,7 +73,7 @@ def test_spec_document_ships_and_validates() -> None:
 def test_select_and_api_root() -> None:
     ids = [c.id for c in select(all_cases(), ["websocket-*,chat/chat-basic"])]
     assert "chat-basic" in ids and all(i.startswith("websocket-") for i in ids if i != "chat-basic")
-    assert len({c.id for c in all_cases()}) == len(all_cases()) == 24
+    assert len({c.id for c in all_cases()}) == len(all_cases()) == 25
     assert api_root("http://h:1") == "http://h:1/v1" and api_root("http://h:1/v1/") == "http://h:1/v1"
 
 
