@@ -1,5 +1,5 @@
 """Batches on PostgreSQL (the contract: :mod:`app.batches.model`), for N replicas: the tables
-of step 6 of :data:`app.stores.postgres.MIGRATIONS`.  Every replica's worker
+of step 6 of :data:`app.stores.postgres_schema.MIGRATIONS`.  Every replica's worker
 polls the same batches; lines are claimed with ``FOR UPDATE SKIP LOCKED`` under a lease, so
 each line is run by one replica at a time, and a replica that dies stops renewing its leases
 and its lines go to the next claimer.  A line's result and the batch's counters are written in

@@ -1,5 +1,5 @@
 """The vector-store catalog on PostgreSQL (the contract: :mod:`app.knowledge.catalog`), for N
-replicas sharing one database: the tables of step 7 of :data:`app.stores.postgres.MIGRATIONS`
+replicas sharing one database: the tables of step 7 of :data:`app.stores.postgres_schema.MIGRATIONS`
 (``vector_stores``, ``vector_store_files``, ``vector_store_batches``,
 ``vector_store_batch_files``, ``ingest_jobs``), the same as SQLite's.
 

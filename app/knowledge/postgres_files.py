@@ -1,7 +1,7 @@
 """The file store on PostgreSQL (the contract: :mod:`app.knowledge.files`), for N replicas:
 metadata in ``files``, bytes in ``file_chunks`` rows of :data:`~app.knowledge.files.CHUNK`
 bytes (``bytea`` stored uncompressed: uploads are mostly compressed already), both created by
-step 5 of :data:`app.stores.postgres.MIGRATIONS`.
+step 5 of :data:`app.stores.postgres_schema.MIGRATIONS`.
 
 An upload's chunks and its ``files`` row are written in one transaction, so a failed, refused
 or interrupted upload leaves nothing (no sweep of half-written files is needed); the upload
