@@ -2,8 +2,8 @@
 
 A create request becomes a :class:`~app.engine.run.Run` whose encoder is a
 :class:`ResponsesEncoder` (the resource is the fold of its events).  Stored responses
-are written when the run starts and when it ends (:class:`StoreHooks`); a process that
-died mid-run leaves a response that readers end as ``failed`` (``run_lost``).
+are written when the run starts and when it ends (:mod:`app.api.responses.hooks`); a process
+that died mid-run leaves a response that readers end as ``failed`` (``run_lost``).
 Streaming, waiting, background and cancellation are the engine's.
 """
 
@@ -20,6 +20,7 @@ from app.api.conversations.service import ConversationsService
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.following import StoredEnd, cancel_elsewhere, lost
+from app.api.responses.hooks import EndHooks, StoreHooks, snapshot
 from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
 from app.api.responses.tools import expand_hosted
@@ -94,51 +95,6 @@ def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: st
         "metadata": body.metadata or {}, "safety_identifier": body.safety_identifier,
         "prompt_cache_key": body.prompt_cache_key,
     }
-
-
-class StoreHooks:
-    """Persist a stored response when its run starts (a crash mid-run then leaves a failed
-    response, not a 404) and when it ends."""
-
-    def __init__(self, store: ResponseStore, context: list[Json], tenant: str) -> None:
-        self._store = store
-        self._context = context
-        self._tenant = tenant
-
-    async def started(self, run: Run) -> None:
-        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
-
-    async def ended(self, run: Run) -> None:
-        if run.replay is not None:  # a background run: its events (the held terminal too)
-            await self._store.put_events(run.id, self._tenant, [*run.replay.events, *run.held])
-        await self._store.put(_encoder(run).snapshot(), self._context, self._tenant)
-
-
-class EndHooks:
-    """``inner``'s hooks, then ``on_end(total tokens)`` once the run has ended."""
-
-    def __init__(self, inner: RunHooks | None, on_end: Callable[[int], None]) -> None:
-        self._inner = inner
-        self._on_end: Callable[[int], None] | None = on_end
-
-    async def started(self, run: Run) -> None:
-        if self._inner is not None:
-            await self._inner.started(run)
-
-    async def ended(self, run: Run) -> None:
-        try:
-            if self._inner is not None:
-                await self._inner.ended(run)
-        finally:
-            if self._on_end is not None:  # once, however often the end is retried
-                on_end, self._on_end = self._on_end, None
-                usage = _encoder(run).snapshot().get("usage") or {}
-                on_end(int(usage.get("total_tokens") or 0))
-
-
-def _encoder(run: Run) -> ResponsesEncoder:
-    assert isinstance(run.encoder, ResponsesEncoder)
-    return run.encoder
 
 
 class ResponsesService:
@@ -371,7 +327,7 @@ class ResponsesService:
     async def get(self, response_id: str, who: Principal = ANONYMOUS) -> Json:
         run = self._inflight(response_id, who)
         if run is not None and not run.ending:  # an end being stored is read once it is
-            return _encoder(run).snapshot()
+            return snapshot(run)
         return (await self._stored(response_id, who)).resource
 
     async def page(self, who: Principal, *, limit: int, after: str | None, ascending: bool,
@@ -448,4 +404,4 @@ class ResponsesService:
                                  "cancelled.", param="response_id")
         run.cancel()
         await run.finished(within=10)
-        return _encoder(run).snapshot()
+        return snapshot(run)
