@@ -95,6 +95,8 @@ class Runner:
             return self.check_completion(body, full)
         if target.api == "responses":
             return self.check_response(target, body, full)
+        if target.api == "messages":
+            return self.check_message(target, body, full)
         if not full:  # cheap: enough to catch a wrong or truncated answer under load
             if target.stream:
                 return None if body.endswith(b"data: [DONE]\n\n") else f"stream not ended: {body[-200:]!r}"
@@ -126,6 +128,26 @@ class Runner:
             else:
                 content = "".join(part["text"] for item in orjson.loads(body)["output"]
                                   if item["type"] == "message" for part in item["content"])
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            return f"unparsable answer ({exc}): {body[:300]!r}"
+        return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"
+
+    def check_message(self, target: Target, body: bytes, full: bool) -> str | None:
+        """``/v1/messages``: the answer as text blocks, and (streamed) one ``message_stop``."""
+        if not full:
+            ended = b"event: message_stop" in body if target.stream else b'"stop_reason":"end_turn"' in body
+            ok = ended and (target.stream or self.answer_json in body)
+            return None if ok else f"not ended: {body[-300:]!r}"
+        try:
+            if target.stream:
+                events = [orjson.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+                content = "".join(e["delta"].get("text", "") for e in events
+                                  if e["type"] == "content_block_delta")
+                if [e["type"] for e in events][-1:] != ["message_stop"]:
+                    return f"stream not ended: {body[-200:]!r}"
+            else:
+                content = "".join(block.get("text", "") for block in orjson.loads(body)["content"]
+                                  if block["type"] == "text")
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             return f"unparsable answer ({exc}): {body[:300]!r}"
         return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"

@@ -30,7 +30,8 @@ class Target:
     stream: bool
     upstream: str  # the fake's dialect this target ends up at
     baseline: str | None = None
-    api: str = "chat"  # "chat": /v1/chat/completions; "responses": /v1/responses (store false)
+    # "chat": /v1/chat/completions; "responses": /v1/responses (store false); "messages": /v1/messages
+    api: str = "chat"
 
     def body(self, prompt_ids: list[int]) -> bytes:
         """The request; ``prompt_ids``: the Harmony prompt as the gateway renders it (for the
@@ -41,6 +42,8 @@ class Target:
         payload: dict[str, Any] = {"model": self.model, "messages": MESSAGES}
         if self.api == "responses":
             payload = {"model": self.model, "input": MESSAGES, "store": False}
+        elif self.api == "messages":  # Anthropic's: max_tokens is required
+            payload = {"model": self.model, "messages": MESSAGES, "max_tokens": 1024}
         if self.stream:
             payload["stream"] = True
         return orjson.dumps(payload)
@@ -49,7 +52,8 @@ class Target:
     def path(self) -> str:
         if self.server == "llamacpp":
             return "/completion"
-        return "/v1/responses" if self.api == "responses" else "/v1/chat/completions"
+        return {"responses": "/v1/responses", "messages": "/v1/messages"}.get(self.api,
+                                                                               "/v1/chat/completions")
 
 
 HARMONY_PROMPT = f"<|start|>user<|message|>{MESSAGES[0]['content']}<|end|><|start|>assistant"
@@ -88,16 +92,26 @@ RESPONSES_TARGETS = (
     Target("responses_stream", "gateway → llama.cpp, /v1/responses, stream", "gateway", HARMONY_MODEL,
            True, "llamacpp", "direct_llamacpp", "responses"),
 )
-ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS, *RESPONSES_TARGETS)}
+# --messages: the same Harmony answer through Anthropic's /v1/messages (the third front-end)
+MESSAGES_TARGETS = (
+    Target("messages", "gateway → llama.cpp, /v1/messages, non-stream", "gateway", HARMONY_MODEL,
+           False, "llamacpp", "direct_llamacpp", "messages"),
+    Target("messages_stream", "gateway → llama.cpp, /v1/messages, stream", "gateway", HARMONY_MODEL,
+           True, "llamacpp", "direct_llamacpp", "messages"),
+)
+ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS, *RESPONSES_TARGETS,
+                                   *MESSAGES_TARGETS)}
 # gateway target -> the LiteLLM target sent the same request (compared side by side)
 LITELLM_PAIRS = (("passthrough", "litellm"), ("passthrough_stream", "litellm_stream"))
 
 
-def select_targets(stream_passthrough: bool, litellm: bool, responses: bool = False) -> tuple[Target, ...]:
+def select_targets(stream_passthrough: bool, litellm: bool, responses: bool = False,
+                   messages: bool = False) -> tuple[Target, ...]:
     """The measured targets: the default five, plus the streaming passthrough pair (implied by
-    ``litellm``), plus the LiteLLM targets, plus the /v1/responses pair."""
+    ``litellm``), plus the LiteLLM targets, plus the /v1/responses and /v1/messages pairs."""
     return (*TARGETS, *(STREAM_TARGETS if stream_passthrough or litellm else ()),
-            *(LITELLM_TARGETS if litellm else ()), *(RESPONSES_TARGETS if responses else ()))
+            *(LITELLM_TARGETS if litellm else ()), *(RESPONSES_TARGETS if responses else ()),
+            *(MESSAGES_TARGETS if messages else ()))
 
 
 @dataclass
