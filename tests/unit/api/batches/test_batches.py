@@ -178,3 +178,28 @@ async def test_cancel_stops_the_lines_in_flight_and_keeps_what_completed() -> No
         errors = await lines_of(alice, done.error_file_id)
         assert len(errors) == 4 and {e["error"]["code"] for e in errors} == {"batch_cancelled"}
         assert {line["custom_id"] for line in out + errors} == {f"r{i}" for i in range(6)}
+
+
+async def test_batch_tokens_count_against_the_keys_budget() -> None:
+    """A key's token budget covers its batch lines (they run as the key, through the same
+    limits): once spent, the next lines get the live route's 429 ``insufficient_quota``, in the
+    error file, and nothing more reaches the model."""
+    up = FakeLlamaCpp(ANSWER)
+    base = keys(share=0.001, max_attempts=1).model_dump()  # one line at a time, no retries
+    base["auth"]["keys"][0]["budget"] = {"tokens": 10, "period": "total"}
+    async with gateway(up.transport(), GatewayConfig.model_validate(base)) as c:
+        alice = sdk(c, "alice")
+        f = await alice.files.create(file=("in.jsonl", jsonl([chat_line(f"r{i}") for i in range(4)])),
+                                     purpose="batch")
+        batch = await alice.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                                           completion_window="24h")
+        done = await finished(alice, batch.id)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (1, 3)
+        errors = await lines_of(alice, done.error_file_id)
+        assert {e["response"]["status_code"] for e in errors} == {429}
+        assert {e["response"]["body"]["error"]["code"] for e in errors} == {"insufficient_quota"}
+        assert len(up.requests) == 1
+        live = await c.post("/v1/chat/completions", headers={"authorization": "Bearer alice"},
+                            json=chat_line("x")["body"])
+        assert live.status_code == 429 and live.json() == errors[0]["response"]["body"]
