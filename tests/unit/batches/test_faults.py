@@ -140,9 +140,11 @@ async def test_validating_and_cancelling_50000_lines_leave_the_event_loop_free(s
     task.cancel()
     await asyncio.gather(task, tick, return_exceptions=True)
     assert (done.completed, done.failed) == (0, 50_000) and done.error_file_id is not None
-    # the ticker stalls while the loop is held: checking 50,000 bodies on it would take many
-    # seconds (1 s leaves room for a machine this loaded: ~0.1 s is seen when it is idle)
-    assert len(gaps) > 20 and max(gaps) < 1.0, max(gaps)
+    # the ticker stalls while the loop is held: checking 50,000 bodies on it takes 5 s or more
+    # (pydantic, ~100 µs a body) and building their cancelled results ~1 s; off the loop the
+    # longest stall is ~0.1 s on an idle machine, 1.7 s seen once with both cores oversubscribed
+    # (a CI run, a benchmark and several agents): the bound is between the two
+    assert len(gaps) > 20 and max(gaps) < 3.0, max(gaps)
 
 
 @pytest.mark.parametrize("size", [1, 7, 64, 4096, 1 << 20])
