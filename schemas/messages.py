@@ -100,9 +100,69 @@ class RedactedThinkingBlock(_Wire):
     data: str
 
 
+class ServerToolUseBlock(_Wire):
+    """A call of a server tool the gateway ran (:mod:`app.api.messages.server_tools`)."""
+
+    type: Literal["server_tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class WebSearchResult(_Wire):
+    type: Literal["web_search_result"]
+    url: str
+    title: str = ""
+    encrypted_content: str  # the gateway's sealed copy of what the search said of the page
+    page_age: str | None = None
+
+
+class ServerToolError(_Wire):
+    type: Literal["web_search_tool_result_error", "code_execution_tool_result_error"]
+    error_code: str
+
+
+class CodeExecutionResult(_Wire):
+    type: Literal["code_execution_result"]
+    stdout: str = ""
+    stderr: str = ""
+    return_code: int = 0
+    content: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class WebSearchToolResultBlock(_Wire):
+    type: Literal["web_search_tool_result"]
+    tool_use_id: str
+    content: list[WebSearchResult] | ServerToolError
+
+
+class CodeExecutionToolResultBlock(_Wire):
+    type: Literal["code_execution_tool_result"]
+    tool_use_id: str
+    content: CodeExecutionResult | ServerToolError
+
+
+class McpToolUseBlock(_Wire):
+    """A call of a tool of an ``mcp_servers`` server (the MCP connector), run by the gateway."""
+
+    type: Literal["mcp_tool_use"]
+    id: str
+    name: str
+    server_name: str
+    input: dict[str, Any]
+
+
+class McpToolResultBlock(_Wire):
+    type: Literal["mcp_tool_result"]
+    tool_use_id: str
+    is_error: bool = False
+    content: str | list[TextBlock] = ""
+
+
 ContentBlock = Annotated[
     TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
-    | RedactedThinkingBlock, Field(discriminator="type")]
+    | RedactedThinkingBlock | ServerToolUseBlock | WebSearchToolResultBlock
+    | CodeExecutionToolResultBlock | McpToolUseBlock | McpToolResultBlock, Field(discriminator="type")]
 
 
 class MessageParam(_Wire):
@@ -114,8 +174,20 @@ class Tool(_Wire):
     name: str
     description: str | None = None
     input_schema: dict[str, Any]
-    type: Literal["custom"] | None = None  # Anthropic's server / versioned tools: not served here
+    type: Literal["custom"] | None = None
     defer_loading: bool = False  # offered only once a tool_reference block names it
+
+
+class ServerTool(_Wire):
+    """A tool of a versioned type (``web_search_20250305``, ``code_execution_20250522``, ...):
+    Anthropic's server tools, run by the gateway or refused by name
+    (:mod:`app.api.messages.server_tools`)."""
+
+    type: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*_[0-9]{8}$")]
+    name: str
+    max_uses: int | None = Field(default=None, ge=1)
+    allowed_domains: list[str] | None = None
+    blocked_domains: list[str] | None = None
 
 
 class ToolChoiceAuto(_Wire):
@@ -169,6 +241,22 @@ class Metadata(_Wire):
     user_id: str | None = None
 
 
+class McpToolConfiguration(_Wire):
+    enabled: bool = True
+    allowed_tools: list[str] | None = None
+
+
+class McpServer(_Wire):
+    """An ``mcp_servers`` entry (Anthropic's MCP connector): run under the operator's MCP
+    allow-list and approval policy (:mod:`app.api.messages.mcp`)."""
+
+    type: Literal["url"]
+    url: str = Field(max_length=2048)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    authorization_token: str | None = Field(default=None, max_length=8192)
+    tool_configuration: McpToolConfiguration | None = None
+
+
 class MessagesRequest(_Wire):
     model: str
     max_tokens: int = Field(ge=1)
@@ -180,10 +268,11 @@ class MessagesRequest(_Wire):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = Field(default=None, ge=0)
     metadata: Metadata | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool | ServerTool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
     service_tier: str | None = None
+    mcp_servers: list[McpServer] | None = None
 
 
 class CountTokensRequest(_Wire):
@@ -192,7 +281,7 @@ class CountTokensRequest(_Wire):
     model: str
     messages: list[MessageParam]
     system: str | list[TextBlock] | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool | ServerTool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
 

@@ -193,6 +193,10 @@ class WebSearchToolbox:
                                {"action": action})
         return self._show(display, action, max(loc, 0), num_lines)
 
+    def hit(self, url: str) -> Hit | None:
+        """The search result of ``url`` this response's searches gave, if any."""
+        return self._hits.get(url)
+
     def browser_page(self, url: str) -> Display | None:
         """The latest page display of ``url`` this response showed."""
         return next((d for d in reversed(self.browser.displays) if d.kind == "page" and d.url == url), None)

@@ -11,6 +11,13 @@ Blocks come in the model's order, one open at a time.  The stream: ``message_sta
 ``message_delta`` (the stop reason — ``stop_sequence``, named in ``stop_sequence``, when a
 client stop string ended the answer — and usage) and ``message_stop``; a failure is one
 ``error`` event and nothing after it.  The non-streaming message is the fold of the same events.
+
+Server tools the gateway ran (:mod:`app.api.messages.server_blocks`): the call is a
+``server_tool_use`` block (its ``input`` as one ``input_json_delta`` once the model's
+arguments are complete), its result a ``web_search_tool_result`` /
+``code_execution_tool_result`` block sent whole in its ``content_block_start``; usage carries
+``server_tool_use``; a response the agentic loop ended at one of its bounds (rounds, deadline)
+stops with ``pause_turn``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from app.api.messages.server_blocks import ServerBlocks
 from app.core import events as ev
 from app.core.errors import anthropic_event
 from app.core.output import Usage
@@ -41,12 +49,16 @@ def usage_dict(usage: Usage) -> Json:
 
 @dataclass(slots=True)
 class _Block:
-    kind: str  # "thinking" | "text" | "tool_use"
+    # "thinking" | "text" | "tool_use" | "server_tool_use" | "mcp_tool_use" | "result" (a server tool's)
+    kind: str
     pieces: list[str] = field(default_factory=list)  # text, thinking, or the input's JSON
     id: str = ""
     name: str = ""
     signature: str = ""
     arguments: str | None = None  # a finished call's arguments (ToolCallDone)
+    whole: Json | None = None  # a server tool's result block, as it is sent
+    function: str = ""  # a server_tool_use's model-facing function (browser__search, python)
+    server_name: str = ""  # an mcp_tool_use's server
 
     def body(self, show_thinking: bool = True) -> Json:
         if self.kind == "thinking":
@@ -54,6 +66,13 @@ class _Block:
                     "signature": self.signature}
         if self.kind == "text":
             return {"type": "text", "text": "".join(self.pieces)}
+        if self.whole is not None:
+            return self.whole
+        if self.kind == "server_tool_use":
+            return {"type": "server_tool_use", "id": self.id, "name": self.name, "input": _input(self.json)}
+        if self.kind == "mcp_tool_use":
+            return {"type": "mcp_tool_use", "id": self.id, "name": self.name, "server_name": self.server_name,
+                    "input": _input(self.json)}
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": _input(self.json)}
 
     @property
@@ -74,12 +93,14 @@ class MessagesEncoder:
     every event is folded, so :meth:`result` is the message the same stream amounts to."""
 
     def __init__(self, message_id: str, model: str, seal: Callable[[str], str], *,
-                 stream: bool = True, show_thinking: bool = True) -> None:
+                 stream: bool = True, show_thinking: bool = True,
+                 server: ServerBlocks | None = None) -> None:
         self._id = message_id
         self._model = model
         self._seal = seal
         self._stream = stream
         self._show_thinking = show_thinking
+        self._server = server
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._stop_reason: str | None = None
@@ -90,7 +111,13 @@ class MessagesEncoder:
     def _message(self, content: list[Json], stop_reason: str | None, usage: Usage) -> Json:
         return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
                 "content": content, "stop_reason": stop_reason, "stop_sequence": self._stop_sequence,
-                "usage": usage_dict(usage)}
+                "usage": self._usage_dict(usage)}
+
+    def _usage_dict(self, usage: Usage) -> Json:
+        out = usage_dict(usage)
+        if self._server is not None:
+            out["server_tool_use"] = self._server.usage()
+        return out
 
     def start(self) -> list[Json]:
         return [{"type": "message_start", "message": self._message([], None, Usage())}, PING]
@@ -136,6 +163,13 @@ class MessagesEncoder:
             start = {"type": "thinking", "thinking": "", "signature": ""}
         elif block.kind == "text":
             start = {"type": "text", "text": ""}
+        elif block.whole is not None:
+            start = block.whole
+        elif block.kind == "server_tool_use":
+            start = {"type": "server_tool_use", "id": block.id, "name": block.name, "input": {}}
+        elif block.kind == "mcp_tool_use":
+            start = {"type": "mcp_tool_use", "id": block.id, "name": block.name,
+                     "server_name": block.server_name, "input": {}}
         else:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
         out.append({"type": "content_block_start", "index": len(self._blocks) - 1,
@@ -161,9 +195,22 @@ class MessagesEncoder:
         if isinstance(event, ev.PartDone):
             kind = "thinking" if event.kind == "reasoning" else "text"
             return self._close() if self._open is not None and self._open.kind == kind else []
+        server = self._server
         if isinstance(event, ev.ToolCallStarted):
+            if server is not None and event.name in server.mcp:
+                server.started(event.call_id, event.name)
+                label, tool = server.mcp[event.name]
+                return self._opened(_Block("mcp_tool_use", id=event.call_id, name=tool, server_name=label,
+                                           function=event.name))
+            if server is not None and event.name in server.names:
+                name = server.started(event.call_id, event.name)
+                return self._opened(_Block("server_tool_use", id=event.call_id, name=name,
+                                           function=event.name))
             return self._opened(_Block("tool_use", id=event.call_id, name=event.name))
         if isinstance(event, ev.ToolCallArgumentsDelta):
+            if self._open is not None and self._open.kind in ("server_tool_use", "mcp_tool_use"):
+                self._open.pieces.append(event.delta)  # sent as Anthropic's input once complete
+                return []
             if self._open is None or self._open.kind != "tool_use" or not event.delta:
                 return []
             self._open.pieces.append(event.delta)
@@ -171,23 +218,37 @@ class MessagesEncoder:
                      "delta": {"type": "input_json_delta", "partial_json": event.delta}}]
         if isinstance(event, ev.ToolCallDone):
             return self._call_done(event)
+        if isinstance(event, ev.HostedCallDone):
+            whole = server.result(event) if server is not None else None
+            if whole is None:
+                return []
+            out = self._opened(_Block("result", whole=whole))
+            return out + self._close()
         if isinstance(event, ev.Finished):
             out = self._close()
             self._stop_reason = STOP_REASONS.get(event.reason, "end_turn")
+            if event.limit in ("max_rounds", "deadline", "max_tool_calls"):  # the loop's bounds
+                self._stop_reason = "pause_turn"
             if event.reason == "stop" and event.stop_sequence is not None:
                 self._stop_reason, self._stop_sequence = "stop_sequence", event.stop_sequence
             self._usage = event.usage
             out.append({"type": "message_delta",
                         "delta": {"stop_reason": self._stop_reason, "stop_sequence": self._stop_sequence},
-                        "usage": usage_dict(event.usage)})
+                        "usage": self._usage_dict(event.usage)})
             out.append({"type": "message_stop"})
             return out
         if isinstance(event, ev.Error):
             return [anthropic_event(event)]
-        return []  # hosted-tool events: the Messages API runs client tools only (for now)
+        return []
 
     def _call_done(self, event: ev.ToolCallDone) -> list[Json]:
         block = self._open
+        hosted = block is not None and block.kind in ("server_tool_use", "mcp_tool_use")
+        if block is not None and hosted and block.id == event.call_id:
+            assert self._server is not None
+            block.arguments = orjson.dumps(self._server.input_of(block.function, event.arguments)).decode()
+            return [{"type": "content_block_delta", "index": len(self._blocks) - 1,
+                     "delta": {"type": "input_json_delta", "partial_json": block.arguments}}, *self._close()]
         if block is None or block.kind != "tool_use" or block.id != event.call_id:
             return []
         out: list[Json] = []

@@ -14,6 +14,15 @@
 * ``tools``: a tool with ``defer_loading: true`` is offered to the model only once a
   ``tool_reference`` names it (Anthropic's semantics; Claude Code's deferred tools and its
   never-called placeholder); a reference to a tool not in ``tools`` is a 400;
+* ``tools`` of a versioned type (Anthropic's server tools: ``web_search_*``,
+  ``code_execution_20250522``) → the functions the gateway's hosted tool shows the model
+  (:mod:`app.api.messages.server_tools`; counted by ``count_tokens`` too); a ``tool`` choice
+  naming one forces its call (web search: a search);
+* an assistant turn's ``server_tool_use`` → the call the model made, and the
+  ``web_search_tool_result`` / ``code_execution_tool_result`` after it → that call's output
+  (search results: title, URL and the sealed summary in ``encrypted_content``, opened like a
+  signature; a forged one is a 400), splitting the turn where it stands; ``mcp_tool_use`` /
+  ``mcp_tool_result`` (the MCP connector) likewise;
 * an assistant turn's ``text`` → content, ``tool_use`` → tool calls (``input`` as JSON text),
   ``thinking`` → the turn's reasoning: the chain of thought sealed in its ``signature``
   (opened by the caller's ``open_thinking``, which refuses a forged or foreign one), never the
@@ -30,6 +39,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from app.api.messages import server_tools
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -45,6 +55,8 @@ from app.core.conversation import (
 from app.core.errors import InvalidRequest
 from app.core.media import check_image_url
 from app.items.validate import check_call_id, check_function_name, check_json_schema
+from app.tools import code, web
+from app.tools.mcp import model_name as mcp_name
 from schemas import messages as wire
 
 # (sealed signature, its parameter) -> the reasoning text it holds, or a 400
@@ -127,13 +139,60 @@ def _user(m: wire.MessageParam, i: int, known: set[str]) -> list[Message]:
     return out
 
 
-def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: OpenThinking) -> Message:
+def _server_call(block: wire.ServerToolUseBlock, at: str, known: set[str]) -> ToolCall:
+    """A server tool's call as the model made it (``web_search`` → ``browser.search``)."""
+    check_call_id(block.id, at + ".id")
+    if block.id in known:
+        raise InvalidRequest(f"Duplicate tool_use id {block.id!r}.", param=at + ".id")
+    known.add(block.id)
+    if block.name == server_tools.WEB_SEARCH:
+        name = web.SEARCH if "query" in block.input else web.OPEN
+    elif block.name == server_tools.CODE_EXECUTION:
+        name = code.NAME
+    else:
+        raise InvalidRequest(f"{at}.name: {block.name!r} is not a server tool this gateway runs.",
+                             param=at + ".name")
+    return ToolCall(block.id, name, orjson.dumps(block.input).decode())
+
+
+def _server_result(block: wire.WebSearchToolResultBlock | wire.CodeExecutionToolResultBlock, at: str,
+                   calls: set[str], open_thinking: OpenThinking) -> Message:
+    """A server tool's result as the model read it (search results: their sealed summaries)."""
+    if block.tool_use_id not in calls:
+        raise InvalidRequest(f"{at}.tool_use_id {block.tool_use_id!r} does not match a server_tool_use "
+                             "block before it.", param=f"{at}.tool_use_id")
+    content = block.content
+    if isinstance(content, wire.ServerToolError):
+        text = f"Error: {content.error_code}"
+    elif isinstance(content, wire.CodeExecutionResult):
+        text = content.stdout + (f"\nError: {content.stderr}" if content.stderr else "")
+    else:
+        text = "\n".join(f"【{k}†{r.title}†{r.url}】\n"
+                         f"{open_thinking(r.encrypted_content, f'{at}.content[{k}].encrypted_content')}"
+                         for k, r in enumerate(content))
+    return Message("tool", (TextPart(text),), tool_call_id=block.tool_use_id, source=at)
+
+
+def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: OpenThinking,
+               ) -> list[Message]:
+    """One assistant turn; a server tool's result splits it (the call, its result, the rest)."""
     where = f"messages[{i}]"
     if isinstance(m.content, str):
-        return Message("assistant", (TextPart(m.content),), source=where)
+        return [Message("assistant", (TextPart(m.content),), source=where)]
+    out: list[Message] = []
     parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     reasoning: list[str] = []
+    server: set[str] = set()
+
+    def flush() -> None:
+        if parts or calls or reasoning:
+            out.append(Message("assistant", tuple(parts), tool_calls=tuple(calls),
+                               reasoning="\n".join(reasoning) if reasoning else None, source=where))
+        parts.clear()
+        calls.clear()
+        reasoning.clear()
+
     for j, block in enumerate(m.content):
         at = f"{where}.content[{j}]"
         if isinstance(block, wire.TextBlock):
@@ -145,6 +204,31 @@ def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: Ope
                 raise InvalidRequest(f"Duplicate tool_use id {block.id!r}.", param=at + ".id")
             known.add(block.id)
             calls.append(ToolCall(block.id, block.name, orjson.dumps(block.input).decode()))
+        elif isinstance(block, wire.ServerToolUseBlock):
+            calls.append(_server_call(block, at, known))
+            server.add(block.id)
+        elif isinstance(block, wire.McpToolUseBlock):
+            check_call_id(block.id, at + ".id")
+            if block.id in known:
+                raise InvalidRequest(f"Duplicate tool_use id {block.id!r}.", param=at + ".id")
+            known.add(block.id)
+            calls.append(ToolCall(block.id, mcp_name(block.server_name, block.name),
+                                  orjson.dumps(block.input).decode()))
+            server.add(block.id)
+        elif isinstance(block, wire.McpToolResultBlock):
+            if block.tool_use_id not in server:
+                raise InvalidRequest(f"{at}.tool_use_id {block.tool_use_id!r} does not match an "
+                                     "mcp_tool_use block before it.", param=f"{at}.tool_use_id")
+            flush()
+            text = (block.content if isinstance(block.content, str)
+                    else "".join(b.text for b in block.content))
+            out.append(Message("tool", (TextPart(("Error: " if block.is_error else "") + text),),
+                               tool_call_id=block.tool_use_id, source=at))
+            server.discard(block.tool_use_id)
+        elif isinstance(block, wire.WebSearchToolResultBlock | wire.CodeExecutionToolResultBlock):
+            flush()
+            out.append(_server_result(block, at, server, open_thinking))
+            server.discard(block.tool_use_id)
         elif isinstance(block, wire.ThinkingBlock):
             reasoning.append(open_thinking(block.signature, at + ".signature"))
         elif isinstance(block, wire.RedactedThinkingBlock):
@@ -152,8 +236,8 @@ def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: Ope
         else:
             raise InvalidRequest(f"{at} is a {block.type} block, which only user messages may hold.",
                                  param=f"{at}.type")
-    return Message("assistant", tuple(parts), tool_calls=tuple(calls),
-                   reasoning="\n".join(reasoning) if reasoning else None, source=where)
+    flush()
+    return out or [Message("assistant", (), source=where)]
 
 
 def _messages(req: wire.MessagesRequest | wire.CountTokensRequest,
@@ -170,7 +254,7 @@ def _messages(req: wire.MessagesRequest | wire.CountTokensRequest,
     known: set[str] = set()
     for i, m in enumerate(req.messages):
         if m.role == "assistant":
-            out.append(_assistant(m, i, known, open_thinking))
+            out.extend(_assistant(m, i, known, open_thinking))
         else:
             out.extend(_user(m, i, known))
     return tuple(out)
@@ -193,6 +277,9 @@ def _tools(req: wire.MessagesRequest | wire.CountTokensRequest) -> tuple[Functio
     seen: set[str] = set()
     referenced = _references(req)
     for i, t in enumerate(req.tools or []):
+        if isinstance(t, wire.ServerTool):
+            seen.add(t.name)  # run by the gateway: functions_of, below
+            continue
         name = check_function_name(t.name, f"tools[{i}].name")
         if name in seen:
             raise InvalidRequest(f"Duplicate tool name {name!r}.", param=f"tools[{i}].name")
@@ -204,7 +291,12 @@ def _tools(req: wire.MessagesRequest | wire.CountTokensRequest) -> tuple[Functio
         if name not in seen:
             raise InvalidRequest(f"{where} references tool {name!r}, which is not in tools.",
                                  param=f"{where}.tool_name")
-    return tuple(tools)
+    hosted = server_tools.functions_of(req.tools)
+    taken = sorted({t.name for t in tools} & {f.name for f in hosted})
+    if taken:
+        raise InvalidRequest(f"tools: a tool of this request has the name of a server tool's function "
+                             f"({', '.join(taken)}).", param="tools")
+    return (*tools, *hosted)
 
 
 def _tool_choice(req: wire.MessagesRequest | wire.CountTokensRequest,
@@ -221,11 +313,23 @@ def _tool_choice(req: wire.MessagesRequest | wire.CountTokensRequest,
     if not tools:
         raise InvalidRequest(f"tool_choice {choice.type!r} needs at least one tool.", param="tool_choice")
     if isinstance(choice, wire.ToolChoiceTool):
+        forced = _server_forced(req, choice.name)
+        if forced:
+            return ToolChoice("required", forced), parallel
         if choice.name not in {t.name for t in tools}:
             raise InvalidRequest(f"tool_choice names tool {choice.name!r}, which is not in tools.",
                                  param="tool_choice.name")
         return ToolChoice("required", (choice.name,)), parallel
     return ToolChoice("required"), parallel
+
+
+def _server_forced(req: wire.MessagesRequest | wire.CountTokensRequest, name: str) -> tuple[str, ...]:
+    """The function a ``tool`` choice naming a server tool forces (web search: a search)."""
+    for i, t in server_tools.server_tools(req.tools):
+        if t.name == name:
+            kind = server_tools.kind_of(t, f"tools[{i}]")
+            return (web.SEARCH,) if kind == server_tools.WEB_SEARCH else (code.NAME,)
+    return ()
 
 
 def _thinking(thinking: wire.Thinking | None) -> tuple[ReasoningEffort | None, bool | None]:

@@ -3,12 +3,19 @@
 (counting: the same renderer, :mod:`app.engine.count`).  Streams carry Anthropic's ``ping``
 events.
 
+Anthropic's server tools (``web_search``, ``code_execution``) run on the engine's agentic loop
+over the gateway's own providers (:mod:`app.api.messages.server_tools`), bounded by
+``[tools]`` as on Responses; a server tool without a provider is a 400 naming it.  The MCP
+connector's ``mcp_servers`` run on Responses' hosted MCP (:mod:`app.api.messages.mcp`).
+
 Thinking signatures are sealed and opened with the key Responses' ``encrypted_content`` uses
 (:mod:`app.items.sealing`), bound to the request's tenant.  Errors on these paths leave in
 Anthropic's envelope (:mod:`app.http.anthropic`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from sse_starlette import ServerSentEvent
@@ -17,9 +24,14 @@ from starlette.responses import Response
 from app.api.messages.documents import read_documents
 from app.api.messages.encode import MessagesEncoder
 from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
+from app.api.messages.mcp import open_mcp
+from app.api.messages.server_blocks import ServerBlocks
+from app.api.messages.server_tools import open_server_tools
+from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.engine.count import count_tokens
 from app.engine.engine import Engine, Plan, RunRequest
+from app.engine.loop import LoopLimits
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
@@ -28,6 +40,7 @@ from app.http.sse import typed_event
 from app.http.streaming import json_answer, sse_response
 from app.items.resolve import open_reasoning, seal_reasoning
 from app.items.sealing import Sealer
+from app.tools.base import Toolboxes
 from schemas.messages import CountTokensRequest, MessagesRequest
 
 router = APIRouter(route_class=GatewayRoute)
@@ -62,16 +75,35 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     ingest = ingest_messages(body, _opener(request))
     message_id = random_id("msg_")
     sealer, who = _sealer(request), principal(request)
+    services, settings = request.app.state.responses, engine.registry.config.tools
+    server = open_server_tools(body.tools, settings, services.search, services.sandbox)
+    mcp = await open_mcp(body.mcp_servers, settings, who.tenant)  # connected: closed by the run
+    conversation, mcp_names = ingest.conversation, {}
+    boxes = [b.toolbox for b in (server, mcp) if b is not None]
+    if mcp is not None:
+        mcp_names = {n: (str(t.namespace), t.name) for n, t in mcp.wire.items() if t.kind == "mcp"}
+        names = {t.name for t in conversation.tools}
+        taken = sorted(f.name for f in mcp.toolbox.functions if f.name in names)
+        if taken:
+            await mcp.toolbox.aclose()
+            raise InvalidRequest(f"mcp_servers: a tool of this request has the name of an MCP tool "
+                                 f"({', '.join(taken)}).", param="mcp_servers")
+        conversation = replace(conversation, tools=(*conversation.tools, *mcp.toolbox.functions))
 
     def seal(text: str) -> str:
         return seal_reasoning(sealer, who.tenant, text)
 
     def encoder(plan: Plan) -> MessagesEncoder:
+        blocks = (ServerBlocks(server.names if server else {}, seal, server.browser if server else None,
+                               mcp_names) if boxes else None)
         return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream,
-                               show_thinking=ingest.show_thinking)
+                               show_thinking=ingest.show_thinking, server=blocks)
 
-    starting = engine.start(RunRequest(model, ingest.conversation, ingest.params), encoder,
-                            run_id=message_id, mode="stream" if ingest.stream else "wait", owner=who)
+    limits = LoopLimits(None, settings.max_rounds, settings.deadline_seconds, settings.max_parallel)
+    toolbox = (boxes[0] if len(boxes) == 1 else Toolboxes(boxes)) if boxes else None
+    run_request = RunRequest(model, conversation, ingest.params, limits=limits, toolbox=toolbox)
+    starting = engine.start(run_request, encoder, run_id=message_id,
+                            mode="stream" if ingest.stream else "wait", owner=who)
     if not ingest.stream:
         return await json_answer(request, starting)
     run = await cancel_on_disconnect(request, starting)
