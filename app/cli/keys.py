@@ -32,16 +32,42 @@ from app.api.admin.keys import (
     update_key,
     view,
 )
+from app.cli.errors import config_problem
 from app.config import MAX_EXPIRES_AT, load_config
 from app.core.errors import GatewayError
 from app.stores import open_stores
 
+DESCRIPTION = """\
+Create, list, show, update, revoke and rotate API keys in the gateway's store (the SQLite
+file or PostgreSQL database the config names). No running gateway or admin key is needed;
+running gateways see a change within [auth] key_cache_seconds. A new or rotated secret is
+printed once.
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ocm-gateway keys", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help="gateway config file (default: $OCMGW_CONFIG)")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    sub = parser.add_subparsers(dest="action", required=True)
+exit status: 0 done, 1 the store refused (no such key, ...), 2 a bad option.
+
+examples:
+  ocm-gateway keys create team-a --config gateway.toml --rpm 60 --models gpt-oss-20b
+  ocm-gateway keys list --config gateway.toml"""
+
+
+def _common(p: argparse.ArgumentParser, default: Any) -> None:
+    """--config and --json, accepted before and after the action (an action's copy defaults to
+    SUPPRESS so it does not clobber the one given before it)."""
+    p.add_argument("--config", metavar="FILE", default=default,
+                   help="gateway config file (default: $OCMGW_CONFIG)")
+    p.add_argument("--json", action="store_true", default=default, help="print JSON")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options and actions of ``ocm-gateway keys`` (on ``parser``, from the CLI's tree)."""
+    _common(parser, None)
+    parser.set_defaults(json=False)
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        _common(p, argparse.SUPPRESS)
+        return p
 
     def limits(p: argparse.ArgumentParser) -> None:
         p.add_argument("--owner", help="owner or team")
@@ -51,23 +77,30 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--concurrency", type=int, help="generations in flight")
         p.add_argument("--budget-tokens", type=int, help="token budget per period")
         p.add_argument("--budget-cost", type=float, help="cost budget per period (with --price)")
-        p.add_argument("--budget-period", choices=["day", "month", "total"], default="month")
+        p.add_argument("--budget-period", choices=["day", "month", "total"], default="month",
+                       help="the budget's period (default month)")
         p.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
                        help="price per million input, output tokens of a model (repeatable)")
         p.add_argument("--expires-days", type=float, help="expires this many days from now")
         p.add_argument("--meta", action="append", default=[], metavar="K=V", help="metadata (repeatable)")
 
-    create = sub.add_parser("create", help="make a key (prints its secret, once)")
-    create.add_argument("name")
+    create = action("create", "make a key (prints its secret, once)")
+    create.add_argument("name", help="the key's name (for people: a team, an app)")
     limits(create)
-    sub.add_parser("list", help="list keys")
+    action("list", "list keys")
     for name, text in (("show", "show a key"), ("revoke", "revoke a key"),
                        ("rotate", "give a key a new secret (prints it, once)")):
-        sub.add_parser(name, help=text).add_argument("key_id")
-    update = sub.add_parser("update", help="change a key's name, limits, budget, expiry, metadata")
-    update.add_argument("key_id")
+        action(name, text).add_argument("key_id", help="the key's id (key_..., see 'keys list')")
+    update = action("update", "change a key's name, limits, budget, expiry, metadata")
+    update.add_argument("key_id", help="the key's id (key_..., see 'keys list')")
     update.add_argument("--name")
     limits(update)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ocm-gateway keys", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
     return parser
 
 
@@ -150,7 +183,10 @@ async def _run(args: argparse.Namespace) -> int:
         body = _body(KeyCreate, {"name": args.name, **_fields(args)})
     elif args.action == "update":
         body = _body(KeyFields, _fields(args))
-    cfg = load_config(args.config)
+    try:
+        cfg = load_config(args.config)
+    except OSError as exc:
+        raise BadOption(config_problem(args.config, exc)) from None
     stores = await open_stores(cfg.store.path, cfg.store.url)
     store = stores.accounts
     try:
@@ -187,7 +223,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    return execute(_parser().parse_args(argv))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the parsed ``keys`` command; the exit status."""
     try:
         return asyncio.run(_run(args))
     except BadOption as exc:

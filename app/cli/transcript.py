@@ -326,15 +326,35 @@ def _line_col(text: str, pos: int) -> tuple[int, int]:
     return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
 
 
+DESCRIPTION = """\
+Check or convert an OpenChatML 2.2 transcript.
+
+  validate FILE   report each problem as FILE:LINE:COL: CODE: message (exit 1 when invalid)
+  to-json FILE    print the JSON interchange form, one object per message"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``ocm-gateway transcript`` (on ``parser``, from the CLI's tree)."""
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("validate", "check a transcript: one line per problem, with its spec code"),
+                       ("to-json", "convert a transcript to the JSON interchange form")):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("file", help="transcript file ('-' for stdin)")
+
+
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ocm-gateway transcript",
-                                     description="Check or convert an OpenChatML 2.2 transcript.")
-    parser.add_argument("command", choices=("validate", "to-json"))
-    parser.add_argument("file", help="transcript file ('-' for stdin)")
+    parser = argparse.ArgumentParser(prog="ocm-gateway transcript", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
+    return execute(args)
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the parsed ``transcript`` command; the exit status."""
     try:
         if args.file == "-":
             text = sys.stdin.read()
@@ -348,8 +368,8 @@ def run(argv: list[str]) -> int:
     for e in sorted(t.errors, key=lambda e: e.pos):
         line, col = _line_col(text, e.pos)
         print(f"{args.file}:{line}:{col}: {e.code}: {e.message}",
-              file=sys.stdout if args.command == "validate" else sys.stderr)
-    if args.command == "to-json":
+              file=sys.stdout if args.action == "validate" else sys.stderr)
+    if args.action == "to-json":
         if t.errors:
             return 1
         print(json.dumps(to_json(t), ensure_ascii=False, indent=2))

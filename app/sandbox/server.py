@@ -123,9 +123,8 @@ def create_app(containers: Containers, token: str | None = None) -> Starlette:
                              Route("/health", health)], lifespan=lifespan)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ocm-gateway sandbox", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ocm-gateway sandbox`` (the CLI's parser tree adds them too)."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
     parser.add_argument("--root", default=None, help="where containers live (default: a temp dir)")
@@ -141,7 +140,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--disk-mb", type=int, default=Limits.disk_mb)
     parser.add_argument("--files-kb", type=int, default=Limits.files_kb,
                         help="contents of the files one run wrote that come back with its result")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     bwrap = find_bwrap()
     if bwrap is None:
         parser.error("bubblewrap (bwrap) is not installed: apt install bubblewrap")
@@ -155,3 +156,10 @@ def main(argv: list[str]) -> int:
 
     uvicorn.run(create_app(containers, args.token), host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ocm-gateway sandbox", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), parser)

@@ -98,11 +98,21 @@ def run(args: argparse.Namespace) -> int:
     return runner.exit_status(results)
 
 
+DESCRIPTION = """\
+Run the Open Responses compliance tests and a Chat Completions section against any
+OpenAI-compatible server. Each test has three verdicts: its own assertions, strict schema
+validation and wire order. Prints a table (or JSON with --json); exits 0 only when every
+test that ran passed.
+
+example:
+  ocm-gateway conformance --base-url http://127.0.0.1:8000/v1 --model gpt-oss-20b"""
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ocm-gateway conformance", description=__doc__,
+    parser = argparse.ArgumentParser(prog="ocm-gateway conformance", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
-__all__ = ["all_cases", "api_root", "main", "run", "select"]
+__all__ = ["DESCRIPTION", "add_arguments", "all_cases", "api_root", "main", "run", "select"]
