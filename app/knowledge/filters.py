@@ -34,6 +34,7 @@ Semantics (OpenAI does not spell them out; these are the gateway's):
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -192,7 +193,34 @@ def matches(flt: Filter | None, attributes: Mapping[str, Any]) -> bool:
 _SQL_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-class _Sqlite:
+class _SqlFilter(ABC):
+    """A filter as one SQL expression; each dialect says how one key is tested (``_test``) and
+    spells true and false."""
+
+    TRUE, FALSE = "1", "0"
+
+    @abstractmethod
+    def _test(self, key: str, want: Any, op: str = "=") -> str:
+        """One key compared with one value (``op``), as an SQL boolean expression."""
+
+    def where(self, flt: Filter) -> str:
+        kind = flt["type"]
+        if kind in COMPOUNDS:
+            parts = [self.where(child) for child in flt["filters"]]
+            if not parts:
+                return self.TRUE if kind == "and" else self.FALSE
+            return "(" + f" {kind.upper()} ".join(parts) + ")"
+        key, want = flt["key"], flt["value"]
+        if kind in ("eq", "ne"):
+            test = self._test(key, want)
+        elif kind in ("in", "nin"):
+            test = "(" + " OR ".join(self._test(key, w) for w in want) + ")" if want else self.FALSE
+        else:
+            return self._test(key, want, _SQL_OPS[kind])
+        return f"(NOT {test})" if kind in ("ne", "nin") else test
+
+
+class _Sqlite(_SqlFilter):
     """SQLite's JSON1: ``json_type`` / ``json_extract`` with a bound path; a key the path
     syntax cannot spell (``"`` or ``\\``) is looked up with ``json_each`` instead."""
 
@@ -224,21 +252,6 @@ class _Sqlite:
                 expr = f"({t} IN ('integer', 'real') AND CAST({v} AS REAL) {op} {self.bind(float(want))})"
         return f"{start}{expr})" if each else f"COALESCE({expr}, 0)"
 
-    def where(self, flt: Filter) -> str:
-        kind = flt["type"]
-        if kind in COMPOUNDS:
-            parts = [self.where(child) for child in flt["filters"]]
-            if not parts:
-                return "1" if kind == "and" else "0"
-            return "(" + f" {kind.upper()} ".join(parts) + ")"
-        key, want = flt["key"], flt["value"]
-        if kind in ("eq", "ne"):
-            test = self._test(key, want)
-        elif kind in ("in", "nin"):
-            test = "(" + " OR ".join(self._test(key, w) for w in want) + ")" if want else "0"
-        else:
-            return self._test(key, want, _SQL_OPS[kind])
-        return f"(NOT {test})" if kind in ("ne", "nin") else test
 
 
 def sqlite_where(flt: Filter, column: str = "attributes") -> tuple[str, list[Any]]:
@@ -248,9 +261,11 @@ def sqlite_where(flt: Filter, column: str = "attributes") -> tuple[str, list[Any
     return sql.where(flt), sql.params
 
 
-class _Postgres:
+class _Postgres(_SqlFilter):
     """PostgreSQL's jsonb: ``jsonb_typeof(col -> key)`` and ``col ->> key`` with the key bound;
     strings compare under ``COLLATE "C"`` (code point order, as Python does)."""
+
+    TRUE, FALSE = "TRUE", "FALSE"
 
     def __init__(self, column: str, first: int) -> None:
         self.column, self.first = column, first
@@ -271,21 +286,6 @@ class _Postgres:
         return (f"COALESCE({kind} = 'number' AND CASE WHEN {kind} = 'number' THEN "
                 f"({self.column} ->> {k})::float8 END {op} {self.bind(float(want), 'float8')}, FALSE)")
 
-    def where(self, flt: Filter) -> str:
-        kind = flt["type"]
-        if kind in COMPOUNDS:
-            parts = [self.where(child) for child in flt["filters"]]
-            if not parts:
-                return "TRUE" if kind == "and" else "FALSE"
-            return "(" + f" {kind.upper()} ".join(parts) + ")"
-        key, want = flt["key"], flt["value"]
-        if kind in ("eq", "ne"):
-            test = self._test(key, want)
-        elif kind in ("in", "nin"):
-            test = "(" + " OR ".join(self._test(key, w) for w in want) + ")" if want else "FALSE"
-        else:
-            return self._test(key, want, _SQL_OPS[kind])
-        return f"(NOT {test})" if kind in ("ne", "nin") else test
 
 
 def postgres_where(flt: Filter, column: str = "attributes", first_param: int = 1,
