@@ -182,7 +182,8 @@ def create_app(config: GatewayConfig | None = None,
     app.state.recent_errors = collections.deque(maxlen=RECENT_ERRORS)
     app.add_middleware(LimitsMiddleware, settings=cfg.limits, admission=admission, counters=counters,
                        budgets=Budgets(usage, cfg.usage.budget_refresh_seconds),  # inside auth
-                       streamed={"/v1/files": cfg.files.max_bytes + UPLOAD_OVERHEAD})
+                       streamed={"/v1/files": cfg.files.max_bytes + UPLOAD_OVERHEAD},
+                       models={**{name: name for name in cfg.models}, **cfg.aliases})
     if cfg.auth.keys or cfg.admin.key_sha256:  # with an admin key, keys can be made at any time
         app.add_middleware(AuthMiddleware, keys=cfg.auth.keys, resolver=resolver)
     if cfg.http.cors_origins:  # outside auth: a browser's preflight carries no API key

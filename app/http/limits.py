@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,13 +41,27 @@ from app.http.usage import Budgets
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/invocations",
                               "/v1/completions", "/v1/embeddings", "/v1/messages"})
 WINDOW = 60.0
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,256})"')
+
+
+def asked_model(body: bytes, models: Mapping[str, str]) -> str | None:
+    """The configured model a refused request asked for (its usage row and metrics label), read
+    from the raw body without parsing it: the first ``"model": "..."`` that names a configured
+    model or alias (at most 8 looked at; any other string is not a label, so a flood of made-up
+    names cannot create usage rows)."""
+    for i, match in enumerate(_MODEL.finditer(body)):
+        name = models.get(match.group(1).decode("utf-8", "replace"))
+        if name is not None or i >= 7:
+            return name
+    return None
 
 
 class LimitsMiddleware:
     def __init__(self, app: ASGIApp, settings: LimitSettings, admission: Admission | None = None,
                  counters: Counters | None = None, budgets: Budgets | None = None,
-                 streamed: dict[str, int] | None = None) -> None:
+                 streamed: dict[str, int] | None = None, models: Mapping[str, str] | None = None) -> None:
         self.app = app
+        self.models = models or {}  # name or alias -> model: a refused request's usage label
         self.settings = settings
         # POST paths whose route reads its own body as it streams (uploads), with their cap
         # on content-length: never buffered here (app/http/multipart.py bounds them as they arrive)
@@ -68,6 +83,12 @@ class LimitsMiddleware:
         key: ApiKey | None = scope.get("state", {}).get("api_key")
         if key is not None and key.budget is not None and self.budgets is not None:
             await self.budgets.check(key)
+
+    def _label(self, body: bytes | None, generation: bool) -> None:
+        """A refused generation is counted for the model it asked for, not for ``-``."""
+        stats = metrics.current()
+        if generation and body and stats is not None and not stats.model:
+            stats.model = asked_model(body, self.models) or ""
 
     @staticmethod
     def who(scope: Scope) -> str:
@@ -143,6 +164,8 @@ class LimitsMiddleware:
                                    "request_too_large")
                 return
             receive = _replay(body, receive)
+        else:
+            body = None
         counted = generation or scope.get("method") in ("POST", "PUT", "PATCH", "DELETE")
         if not counted:
             await self.app(scope, receive, send)
@@ -153,9 +176,11 @@ class LimitsMiddleware:
                 await self.check_budget(scope)
             refused = await self.counters.admit(who, self._budget(scope), generation=generation, lease=slot)
         except GatewayError as exc:  # over budget, or the shared counters / store are down
+            self._label(body, generation)
             await error_response(exc)(scope, receive, send)
             return
         if refused is not None:
+            self._label(body, generation)
             await self._reject(scope, receive, send, 429, refused.message, str(refused.code),
                                refused.retry_after)
             return

@@ -84,17 +84,21 @@ class UsageRow:
             self.error_codes[code] = self.error_codes.get(code, 0) + n
 
     def percentile(self, q: float) -> float | None:
-        """The upper bound (ms) of the bucket holding the q-quantile (None: no requests; the
-        open last bucket reports its lower bound)."""
+        """The q-quantile (ms) interpolated linearly inside the histogram bucket that holds it,
+        as Prometheus' ``histogram_quantile`` does (None: no requests).  The first bucket starts
+        at 0; the open last bucket reports its lower bound (nothing is known above it)."""
         total = sum(self.latency)
         if total == 0:
             return None
         rank, seen = q * total, 0
         for i, n in enumerate(self.latency):
+            if n and seen + n >= rank:
+                if i >= len(LATENCY_MS):
+                    return float(LATENCY_MS[-1])
+                lower = LATENCY_MS[i - 1] if i else 0.0
+                return round(lower + (LATENCY_MS[i] - lower) * max(0.0, rank - seen) / n, 1)
             seen += n
-            if seen >= rank and n:
-                return LATENCY_MS[i] if i < len(LATENCY_MS) else LATENCY_MS[-1]
-        return LATENCY_MS[-1]
+        return float(LATENCY_MS[-1])
 
     def to_json(self) -> Json:
         body: Json = {"grain": self.grain, "start": self.bucket, "key": self.key, "model": self.model}

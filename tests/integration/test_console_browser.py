@@ -128,7 +128,10 @@ def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path
         row = browser.find_element(By.XPATH, "//div[@id='usage-table']//tr[td[text()='scripted-final']]")
         cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
         assert cells[2] == "1" and cells[3] == f"{answer.usage.prompt_tokens:,}", cells
-        assert browser.find_elements(By.CSS_SELECTOR, "#chart svg rect")  # a bar for it
+        bars = browser.find_elements(By.CSS_SELECTOR, "#chart svg rect")
+        # a fresh gateway's first hour is a bar of the axis' 12 hours, not a hairline at the right
+        # edge of a 7-day axis (600 / 12 * 0.8 = 40 units wide)
+        assert len(bars) == 1 and float(bars[0].get_attribute("width") or 0) >= 30
         SHOTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(SHOTS / "console-usage.png"))
 
@@ -177,3 +180,79 @@ def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path
         _tab(browser, "errors")
         wait.until(ec.text_to_be_present_in_element((By.ID, "error-list"), "invalid_api_key"))
         assert secret not in browser.page_source
+
+
+def _seed_busy_usage(path: Path, now: float) -> dict[str, int]:
+    """Three days of hourly usage by nine keys of very different volume, written into the store
+    file before the gateway opens it (what a busy gateway's store holds); the tokens per key."""
+    import asyncio
+
+    import aiosqlite
+
+    from app.stores.accounts import UsageRow, bucket_start
+    from app.stores.sqlite_accounts import SqliteAccountStore
+    from app.stores.sqlite_db import configure
+
+    volume = {f"team-{i}": (10 - i) * 1000 for i in range(9)}  # team-0 largest ... team-8 smallest
+
+    async def seed() -> None:
+        db = await aiosqlite.connect(str(path))
+        await configure(db)
+        store = await SqliteAccountStore.open(db)
+        rows: dict[tuple[object, ...], UsageRow] = {}  # one row per identity, as the recorder flushes
+        for hours_ago in range(0, 72, 6):
+            for name, tokens in volume.items():
+                for grain in ("hour", "day"):
+                    sample = UsageRow(grain, bucket_start(now - hours_ago * 3600, grain), name,
+                                      "scripted-final", requests=1, input_tokens=tokens // 2,
+                                      output_tokens=tokens // 2)
+                    sample.observe_latency(0.6)
+                    rows.setdefault(sample.ident, sample.blank()).add(sample)
+        await store.add_usage(list(rows.values()))
+        await db.close()
+
+    asyncio.run(seed())
+    return {name: tokens * 12 for name, tokens in volume.items()}
+
+
+def test_console_on_a_busy_gateway(browser: WebDriver, tmp_path: Path) -> None:
+    """Nine keys over three days: the axis spans the data, the five largest keys by volume get a
+    colour each and the other four one "others" stack, latency percentiles are interpolated from
+    the histogram (requests of ~600 ms read 750 / 975, not the bucket limits 1,000 / 2,500); at a
+    laptop's and a phone's width (screenshots in .cache/console/)."""
+    totals = _seed_busy_usage(tmp_path / "store.sqlite3", time.time())
+    wait = WebDriverWait(browser, 20)
+    with run_gateway(_config(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")) as gw:
+        browser.get(f"{gw.url}/console")
+        browser.find_element(By.ID, "admin-key").send_keys(ADMIN)
+        browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "models"), "scripted-final"))
+        _tab(browser, "usage")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#chart [data-legend]")))
+        # read the chart in one script: the page redraws it every 2 s
+        chart = browser.execute_script("""
+            const c = document.getElementById("chart");
+            return {legend: [...c.querySelectorAll("[data-legend]")].map((e) => e.dataset.legend),
+                    text: c.innerText,
+                    bars: [...c.querySelectorAll("svg rect")].map((r) => [Number(r.getAttribute("x")),
+                                                                          r.dataset.series])};""")
+        ranked = sorted(totals, key=lambda name: -totals[name])
+        assert chart["legend"] == [*ranked[:5], "4 others"], chart["legend"]
+        assert f"{totals['team-0']:,}" in chart["text"]
+        xs = sorted(x for x, _ in chart["bars"])
+        assert len({round(x) for x in xs}) == 12, "one stack per 6 hours of data"
+        assert xs[0] < 30 and xs[-1] > 550, "the axis starts at the first data and ends now"
+        assert sum(1 for _, series in chart["bars"] if series == "4 others") == 12
+        cells = browser.execute_script("""
+            const row = [...document.querySelectorAll("#usage-table tr")].find(
+                (tr) => tr.cells[0] && tr.cells[0].textContent === "team-0");
+            return [...row.cells].map((td) => td.textContent);""")
+        assert cells[2] == "12" and cells[3] == f"{totals['team-0'] // 2:,}", cells  # the same data
+        assert cells[9] == "750 / 975", cells
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(SHOTS / "console-busy-laptop.png"))
+        browser.set_window_size(390, 844)
+        time.sleep(0.3)
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 400, f"the page scrolls sideways on a phone ({width}px)"
+        browser.save_screenshot(str(SHOTS / "console-busy-phone.png"))

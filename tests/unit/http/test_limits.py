@@ -101,3 +101,19 @@ async def test_requests_per_minute_cover_every_route_that_writes_or_computes() -
         _is_429(await c.post("/tokenize", json={"model": MODEL, "prompt": "hi"}))
         _is_429(await c.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "hi"}))
         assert (await c.get("/v1/models")).status_code == 200  # reads are not counted
+
+
+def test_a_refused_request_is_labelled_with_the_configured_model_it_asked_for() -> None:
+    from app.http.limits import asked_model
+
+    models = {"gpt-oss": "gpt-oss", "claude-haiku": "gpt-oss", "qwen": "qwen"}
+    assert asked_model(b'{"messages": [], "model": "qwen"}', models) == "qwen"
+    assert asked_model(b'{"model" : "claude-haiku", "stream": true}', models) == "gpt-oss"  # an alias
+    # a made-up name is not a label (a flood of them must not make usage rows)
+    assert asked_model(b'{"model": "made-up-1"}', models) is None
+    # a nested "model" key before the top-level one: the first configured name wins
+    body = b'{"tools": [{"parameters": {"model": "x"}}], "model": "gpt-oss"}'
+    assert asked_model(body, models) == "gpt-oss"
+    # at most 8 candidates are looked at, whatever the body holds
+    assert asked_model(b'{"model": "n"}' * 100_000 + b'{"model": "qwen"}', models) is None
+    assert asked_model(b'\\"model\\": \\"qwen\\"', models) is None  # inside a JSON string: escaped

@@ -97,7 +97,7 @@ async def test_usage_adds_up_and_reads_back_by_range_key_and_model(store: Accoun
         (86400, 3, 13, 5), (2 * 86400, 1, 100, 0)]
     first = rows[0]
     assert first.errors == 1 and first.error_codes == {"rate_limited": 3} and first.cost == pytest.approx(0.5)
-    assert sum(first.latency) == 2 and first.percentile(0.5) == 50 and first.percentile(0.99) == 2500
+    assert sum(first.latency) == 2 and first.percentile(0.5) == 50 and first.percentile(0.99) == 2470
     assert len(await store.usage("day", 0, 10 * 86400)) == 3
     assert len(await store.usage("day", 2 * 86400, 3 * 86400)) == 1
     assert [r.input_tokens for r in await store.usage("hour", 0, 10**9)] == [7]
@@ -122,3 +122,15 @@ def test_periods() -> None:
     assert period_start("month", 1798761599) == 1796083200  # 2026-12-31 23:59:59
     assert period_end("month", 1798761599) == 1798761600  # 2027-01-01
     assert period_start("total", t) == 0 and period_end("total", t) is None
+
+
+def test_percentiles_are_interpolated_inside_their_bucket() -> None:
+    row = UsageRow("day", 0, "k", "m")
+    for _ in range(10):
+        row.observe_latency(0.6)  # ten requests of ~600 ms: all in the (500, 1000] bucket
+    assert row.percentile(0.5) == 750 and row.percentile(0.95) == 975
+    assert row.percentile(0.1) == 550
+    slow = UsageRow("day", 0, "k", "m")
+    slow.observe_latency(400.0)  # beyond the last bound: only its lower bound is known
+    assert slow.percentile(0.5) == 300_000
+    assert UsageRow("day", 0, "k", "m").percentile(0.5) is None

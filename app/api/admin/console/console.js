@@ -115,43 +115,70 @@ async function usage() {
     "No usage in this range yet."));
 }
 
-function drawChart(rows, label, grain, from) {
+// The axis runs from the first bucket with data (at least MIN_BUCKETS back, never before the
+// range asked for) to now, so a fresh gateway's hour of traffic is a bar, not a hairline at the
+// right edge of a 7-day axis. The TOP names by volume get a colour each; the rest are one grey
+// "others" stack.
+const TOP = 5;
+const MIN_BUCKETS = { hour: 12, day: 7 };
+
+function chartAxis(rows, grain, from) {
   const step = grain === "hour" ? 3600 : 86400;
-  const start = Math.floor(from / step) * step;
-  const n = Math.ceil((Date.now() / 1000 - start) / step);
-  const names = [...new Set(rows.map(label))].slice(0, 6);
-  const stacks = Array.from({ length: n }, () => new Map());
+  const last = Math.floor(Date.now() / 1000 / step) * step;
+  const earliest = Math.floor(from / step) * step;
+  const first = rows.length ? Math.min(...rows.map((r) => r.start)) : last;
+  const start = Math.max(earliest, Math.min(first, last - (MIN_BUCKETS[grain] - 1) * step));
+  return { step, start, n: Math.round((last - start) / step) + 1 };
+}
+
+function chartSeries(rows, label) {
+  const volume = new Map();
+  for (const row of rows) volume.set(label(row), (volume.get(label(row)) || 0) + row.total_tokens);
+  const ranked = [...volume.entries()].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+  const shown = ranked.length > TOP + 1 ? ranked.slice(0, TOP) : ranked;
+  const index = new Map(shown.map(([name], i) => [name, i]));
+  const series = shown.map(([name, total]) => ({ name, total }));
+  if (ranked.length > shown.length) {
+    const rest = ranked.slice(shown.length);
+    series.push({ name: `${rest.length} others`, total: rest.reduce((a, [, v]) => a + v, 0), other: true });
+  }
+  return { series, slot: (name) => index.has(name) ? index.get(name) : series.length - 1 };
+}
+
+function drawChart(rows, label, grain, from) {
+  const { step, start, n } = chartAxis(rows, grain, from);
+  const { series, slot } = chartSeries(rows, label);
+  const stacks = Array.from({ length: n }, () => new Array(series.length).fill(0));
   for (const row of rows) {
     const i = Math.floor((row.start - start) / step);
-    const name = label(row);
-    if (i >= 0 && i < n && names.includes(name)) stacks[i].set(name, (stacks[i].get(name) || 0) + row.total_tokens);
+    if (i >= 0 && i < n && row.total_tokens > 0) stacks[i][slot(label(row))] += row.total_tokens;
   }
-  const max = Math.max(1, ...stacks.map((s) => [...s.values()].reduce((a, b) => a + b, 0)));
-  const W = 600, H = 200, left = 40, bw = (W - left) / n;
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${H + 20}`, preserveAspectRatio: "none", role: "img" });
-  chart.append(svg("line", { x1: left, y1: H, x2: W, y2: H, class: "axis" }));
-  const top = svg("text", { x: 0, y: 10 });
-  top.textContent = fmt(max);
-  chart.append(top);
+  const max = Math.max(1, ...stacks.map((s) => s.reduce((a, b) => a + b, 0)));
+  const W = 600, H = 200, bw = W / n;
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+  chart.append(svg("line", { x1: 0, y1: H - 0.5, x2: W, y2: H - 0.5, class: "axis" }));
   stacks.forEach((stack, i) => {
     let y = H;
-    names.forEach((name, c) => {
-      const v = stack.get(name) || 0;
+    stack.forEach((v, c) => {
       if (!v) return;
-      const hgt = (v / max) * (H - 12);
+      const hgt = (v / max) * (H - 4);
       y -= hgt;
-      const bar = svg("rect", { x: left + i * bw + bw * 0.1, y, width: Math.max(1, bw * 0.8), height: hgt, class: `c${c}` });
+      const bar = svg("rect", { x: i * bw + bw * 0.1, y, width: Math.max(1, bw * 0.8), height: hgt,
+        class: series[c].other ? "cother" : `c${c}`, "data-series": series[c].name });
       const tip = svg("title", {});
-      tip.textContent = `${name}: ${fmt(v)} tokens`;
+      tip.textContent = `${series[c].name}, ${when(start + i * step)}: ${fmt(v)} tokens`;
       bar.append(tip);
       chart.append(bar);
     });
   });
-  const first = svg("text", { x: left, y: H + 14 });
-  first.textContent = when(start).slice(5, grain === "hour" ? 16 : 10);
-  chart.append(first);
-  $("chart").replaceChildren(chart,
-    names.length ? h("div", { class: "legend" }, names.map((name, c) => h("span", {}, h("i", { class: `c${c}` }), name)))
+  const stamp = (t) => when(t).slice(5, grain === "hour" ? 16 : 10);
+  const ticks = h("div", { class: "ticks" },
+    h("span", { text: stamp(start) }), h("span", { text: stamp(start + Math.floor((n - 1) / 2) * step) }),
+    h("span", { text: grain === "hour" ? "now" : stamp(start + (n - 1) * step) }));
+  $("chart").replaceChildren(
+    h("div", { class: "ymax", text: `${fmt(max)} tokens / ${grain}` }), chart, ticks,
+    series.length ? h("div", { class: "legend" }, series.map((s, c) => h("span", { "data-legend": s.name },
+      h("i", { class: s.other ? "cother" : `c${c}` }), `${s.name} · ${fmt(s.total)}`)))
       : h("p", { class: "empty", text: "No tokens in this range yet." }));
 }
 

@@ -34,12 +34,13 @@ async def test_usage_is_counted_per_key_and_model_and_queryable(tmp_path: Path) 
         assert (row["input_tokens"], row["output_tokens"]) == (prompt, completion)
         assert row["cost"] == round((prompt * 1000 + completion * 2000) / 1e6, 6)
         assert row["latency_ms"]["p50"] is not None
-        limited = rows[(made["id"], "-")]  # refused before a model was resolved
-        assert limited["requests"] == 1 and limited["errors"] == 1
-        assert limited["error_codes"] == {"rate_limit_exceeded": 1}
+        # the 429 was refused before the route read the model: counted for the model it asked for
+        assert row["requests"] == 3 and row["errors"] == 1
+        assert row["error_codes"] == {"rate_limit_exceeded": 1}
+        assert (made["id"], "-") not in rows
         hourly = (await c.get("/admin/usage", headers=ADMIN_H,
                               params={"group_by": "hour", "key": made["id"], "model": MODEL})).json()
-        assert hourly["grain"] == "hour" and [h["requests"] for h in hourly["data"]] == [2]
+        assert hourly["grain"] == "hour" and [h["requests"] for h in hourly["data"]] == [3]
         assert set(hourly["data"][0]) >= {"start", "input_tokens", "reasoning_tokens", "tool_rounds"}
         for bad in ({"group_by": "hour,day"}, {"group_by": "color"}, {"from": "yesterday"},
                     {"from": "2026-01-01", "to": "2025-01-01"}):
@@ -57,7 +58,7 @@ async def test_usage_is_counted_per_key_and_model_and_queryable(tmp_path: Path) 
         assert (await c.get("/v1/models", headers=ADMIN_H)).status_code == 401
         store = c._transport.app.state.accounts  # type: ignore[attr-defined]
         rows2 = await store.usage("day", 0, 2**40, key=made["id"], model=MODEL)
-        assert rows2[0].requests == 2 and rows2[0].input_tokens == prompt
+        assert rows2[0].requests == 3 and rows2[0].input_tokens == prompt
 
 
 async def test_budget_stops_the_key_on_every_replica(tmp_path: Path) -> None:
