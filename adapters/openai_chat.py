@@ -11,6 +11,8 @@ We always stream with ``stream_options.include_usage``.  Each SSE chunk's
 ``tool_calls`` fragments (``index``; ``id`` and ``function.name`` on the first
 fragment, then ``function.arguments`` pieces); ``finish_reason`` ends the choice and a
 last chunk with ``choices: []`` carries ``usage`` (see ``tests/fixtures/wire/*/07*``).
+A ``refusal`` delta (the model declined) is answer text, and its finish, like
+``finish_reason: "content_filter"``, is a refused one (:class:`Finish` ``refused``).
 llama.cpp adds ``timings`` to its last chunk, used for usage when no ``usage`` comes.
 """
 
@@ -173,7 +175,8 @@ def _finish(choice: dict[str, Any]) -> Finish | None:
     stop_reason = choice.get("stop_reason")  # vLLM: the stop string that matched
     if reason == "stop" and isinstance(stop_reason, str):
         return Finish("stop_string", stop_reason)
-    return Finish("eos")  # stop, and anything else a provider ends with (content_filter)
+    # stop, and anything else a provider ends with; content_filter: the provider declined
+    return Finish("eos", refused=reason == "content_filter")
 
 
 class ChatStream:
@@ -186,6 +189,7 @@ class ChatStream:
     def __init__(self) -> None:
         self._next_index = 0
         self._last_index = 0
+        self._refused = False  # a ``refusal`` delta came: the finish is a refusal
 
     def is_last(self, event: dict[str, Any]) -> bool:
         return usage_only(event)
@@ -212,10 +216,15 @@ class ChatStream:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
         lp = choice.get("logprobs")
         content = lp.get("content") if isinstance(lp, dict) else None
-        return Chunk(text=str(delta.get("content") or ""), reasoning=str(reasoning),
+        refusal = delta.get("refusal")  # the model declined: its text is the answer
+        self._refused = self._refused or bool(refusal)
+        finish = _finish(choice)
+        if finish is not None and self._refused:
+            finish = Finish(finish.kind, finish.stop_string, refused=True)
+        return Chunk(text=str(delta.get("content") or "") + str(refusal or ""), reasoning=str(reasoning),
                      tool_calls=tuple(self._call(tc) for tc in delta.get("tool_calls") or ()),
                      logprobs=_logprobs(content) if content else None,
-                     finish=_finish(choice), usage=usage)
+                     finish=finish, usage=usage)
 
 
 class OpenAIChatDialect:

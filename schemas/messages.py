@@ -118,7 +118,8 @@ class WebSearchResult(_Wire):
 
 
 class ServerToolError(_Wire):
-    type: Literal["web_search_tool_result_error", "code_execution_tool_result_error"]
+    type: Literal["web_search_tool_result_error", "code_execution_tool_result_error",
+                  "web_fetch_tool_result_error"]
     error_code: str
 
 
@@ -142,6 +143,34 @@ class CodeExecutionToolResultBlock(_Wire):
     content: CodeExecutionResult | ServerToolError
 
 
+class WebFetchDocument(_Wire):
+    type: Literal["document"]
+    source: PlainTextSource
+    title: str | None = None
+
+
+class WebFetchResult(_Wire):
+    type: Literal["web_fetch_result"]
+    url: str
+    retrieved_at: str | None = None
+    content: WebFetchDocument
+
+
+class WebFetchToolResultBlock(_Wire):
+    type: Literal["web_fetch_tool_result"]
+    tool_use_id: str
+    content: WebFetchResult | ServerToolError
+
+
+class ShellToolResultBlock(_Wire):
+    """A result of ``code_execution_20250825``'s bash or text editor: ``content`` is the result or
+    error object the gateway sent (re-read as text only)."""
+
+    type: Literal["bash_code_execution_tool_result", "text_editor_code_execution_tool_result"]
+    tool_use_id: str
+    content: dict[str, Any]
+
+
 class McpToolUseBlock(_Wire):
     """A call of a tool of an ``mcp_servers`` server (the MCP connector), run by the gateway."""
 
@@ -162,7 +191,8 @@ class McpToolResultBlock(_Wire):
 ContentBlock = Annotated[
     TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
     | RedactedThinkingBlock | ServerToolUseBlock | WebSearchToolResultBlock
-    | CodeExecutionToolResultBlock | McpToolUseBlock | McpToolResultBlock, Field(discriminator="type")]
+    | CodeExecutionToolResultBlock | WebFetchToolResultBlock | ShellToolResultBlock | McpToolUseBlock
+    | McpToolResultBlock, Field(discriminator="type")]
 
 
 class MessageParam(_Wire):

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from app.core.output import TokenLogprob, Usage
 
-FinishReason = Literal["stop", "length", "tool_calls"]
+# content_filter: the backend declined (app.core.output.Finish.refused)
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 PartKind = Literal["reasoning", "preamble", "text"]
 
 

@@ -42,10 +42,15 @@ StopKind = Literal["eos", "length", "stop_string", "tool_calls"]
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """How the backend ended generation (before any format-level interpretation)."""
+    """How the backend ended generation (before any format-level interpretation).
+    ``refused``: the backend declined the answer — its content filter ended it (OpenAI's
+    ``finish_reason: "content_filter"``) or the model answered with a refusal (the ``refusal``
+    field of OpenAI-compatible servers); parsers of chat-mode backends finish with
+    ``content_filter``."""
 
     kind: StopKind
     stop_string: str | None = None
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

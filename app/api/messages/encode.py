@@ -10,7 +10,11 @@ Blocks come in the model's order, one open at a time.  The stream: ``message_sta
 ``content_block_start`` / ``content_block_delta`` / ``content_block_stop``, then
 ``message_delta`` (the stop reason — ``stop_sequence``, named in ``stop_sequence``, when a
 client stop string ended the answer — and usage) and ``message_stop``; a failure is one
-``error`` event and nothing after it.  The non-streaming message is the fold of the same events.
+``error`` event and nothing after it.  ``refusal`` is the stop reason when the backend declined
+(a ``content_filter`` finish: an upstream's content filter, or an OpenAI-compatible model's
+``refusal``, whose text is the answer): as on Anthropic's API the text so far stays and no
+message is added.  The gateway's own models (Harmony, templates) have no classifier, so they
+never stop with it.  The non-streaming message is the fold of the same events.
 
 Server tools the gateway ran (:mod:`app.api.messages.server_blocks`): the call is a
 ``server_tool_use`` block (its ``input`` as one ``input_json_delta`` once the model's
@@ -35,7 +39,8 @@ from app.core.output import Usage
 
 Json = dict[str, Any]
 
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                "content_filter": "refusal"}
 PING: Json = {"type": "ping"}
 
 

@@ -19,7 +19,9 @@
   (:mod:`app.api.messages.server_tools`; counted by ``count_tokens`` too); a ``tool`` choice
   naming one forces its call (web search: a search);
 * an assistant turn's ``server_tool_use`` → the call the model made, and the
-  ``web_search_tool_result`` / ``code_execution_tool_result`` after it → that call's output
+  ``web_search_tool_result`` / ``code_execution_tool_result`` / ``web_fetch_tool_result``
+  (the page's text, as sent) / ``bash_code_execution_tool_result`` /
+  ``text_editor_code_execution_tool_result`` after it → that call's output
   (search results: title, URL and the sealed summary in ``encrypted_content``, opened like a
   signature; a forged one is a 400), splitting the turn where it stands; ``mcp_tool_use`` /
   ``mcp_tool_result`` (the MCP connector) likewise;
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from app.api.messages import server_tools
+from app.api.messages import code_tools, server_tools
 from app.core.conversation import (
     ContentPart,
     Conversation,
@@ -59,6 +61,8 @@ from app.tools import code, web
 from app.tools.mcp import model_name as mcp_name
 from schemas import messages as wire
 
+ServerResult = (wire.WebSearchToolResultBlock | wire.CodeExecutionToolResultBlock
+                | wire.WebFetchToolResultBlock | wire.ShellToolResultBlock)
 # (sealed signature, its parameter) -> the reasoning text it holds, or a 400
 OpenThinking = Callable[[str, str], str]
 
@@ -149,23 +153,29 @@ def _server_call(block: wire.ServerToolUseBlock, at: str, known: set[str]) -> To
         name = web.SEARCH if "query" in block.input else web.OPEN
     elif block.name == server_tools.CODE_EXECUTION:
         name = code.NAME
+    elif block.name in (server_tools.WEB_FETCH, server_tools.BASH, server_tools.EDITOR):
+        name = block.name
     else:
         raise InvalidRequest(f"{at}.name: {block.name!r} is not a server tool this gateway runs.",
                              param=at + ".name")
     return ToolCall(block.id, name, orjson.dumps(block.input).decode())
 
 
-def _server_result(block: wire.WebSearchToolResultBlock | wire.CodeExecutionToolResultBlock, at: str,
-                   calls: set[str], open_thinking: OpenThinking) -> Message:
+def _server_result(block: ServerResult, at: str, calls: set[str], open_thinking: OpenThinking) -> Message:
     """A server tool's result as the model read it (search results: their sealed summaries)."""
     if block.tool_use_id not in calls:
         raise InvalidRequest(f"{at}.tool_use_id {block.tool_use_id!r} does not match a server_tool_use "
                              "block before it.", param=f"{at}.tool_use_id")
+    if isinstance(block, wire.ShellToolResultBlock):
+        return Message("tool", (TextPart(code_tools.said(block.content)),), tool_call_id=block.tool_use_id,
+                       source=at)
     content = block.content
     if isinstance(content, wire.ServerToolError):
         text = f"Error: {content.error_code}"
     elif isinstance(content, wire.CodeExecutionResult):
         text = content.stdout + (f"\nError: {content.stderr}" if content.stderr else "")
+    elif isinstance(content, wire.WebFetchResult):
+        text = content.content.source.data  # the page's text, as the client holds it
     else:
         text = "\n".join(f"【{k}†{r.title}†{r.url}】\n"
                          f"{open_thinking(r.encrypted_content, f'{at}.content[{k}].encrypted_content')}"
@@ -225,7 +235,7 @@ def _assistant(m: wire.MessageParam, i: int, known: set[str], open_thinking: Ope
             out.append(Message("tool", (TextPart(("Error: " if block.is_error else "") + text),),
                                tool_call_id=block.tool_use_id, source=at))
             server.discard(block.tool_use_id)
-        elif isinstance(block, wire.WebSearchToolResultBlock | wire.CodeExecutionToolResultBlock):
+        elif isinstance(block, ServerResult):
             flush()
             out.append(_server_result(block, at, server, open_thinking))
             server.discard(block.tool_use_id)
@@ -328,7 +338,10 @@ def _server_forced(req: wire.MessagesRequest | wire.CountTokensRequest, name: st
     for i, t in server_tools.server_tools(req.tools):
         if t.name == name:
             kind = server_tools.kind_of(t, f"tools[{i}]")
-            return (web.SEARCH,) if kind == server_tools.WEB_SEARCH else (code.NAME,)
+            forced = {server_tools.WEB_SEARCH: (web.SEARCH,),
+                      server_tools.WEB_FETCH: (server_tools.WEB_FETCH,),
+                      server_tools.SHELL: (server_tools.BASH, server_tools.EDITOR)}
+            return forced.get(kind, (code.NAME,))
     return ()
 
 

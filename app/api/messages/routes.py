@@ -3,7 +3,7 @@
 (counting: the same renderer, :mod:`app.engine.count`).  Streams carry Anthropic's ``ping``
 events.
 
-Anthropic's server tools (``web_search``, ``code_execution``) run on the engine's agentic loop
+Anthropic's server tools (``web_search``, ``code_execution``, ``web_fetch``) run on the engine's agentic loop
 over the gateway's own providers (:mod:`app.api.messages.server_tools`), bounded by
 ``[tools]`` as on Responses; a server tool without a provider is a 400 naming it.  The MCP
 connector's ``mcp_servers`` run on Responses' hosted MCP (:mod:`app.api.messages.mcp`).
@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
+from app.api.messages import web_fetch
 from app.api.messages.documents import read_documents
 from app.api.messages.encode import MessagesEncoder
 from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
@@ -41,7 +42,7 @@ from app.http.streaming import json_answer, sse_response
 from app.items.resolve import open_reasoning, seal_reasoning
 from app.items.sealing import Sealer
 from app.tools.base import Toolboxes
-from schemas.messages import CountTokensRequest, MessagesRequest
+from schemas.messages import CountTokensRequest, MessagesRequest, ServerTool
 
 router = APIRouter(route_class=GatewayRoute)
 
@@ -66,6 +67,13 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(data='{"type":"ping"}', event="ping", sep="\n")
 
 
+def _context(body: MessagesRequest) -> str:
+    """The conversation's text, where a URL must appear to be fetched (web fetch): the JSON of
+    the messages and the system prompt (built only when the request offers web fetch)."""
+    fetching = any(isinstance(t, ServerTool) and t.type in web_fetch.TYPES for t in body.tools or ())
+    return body.model_dump_json(include={"system", "messages"}) if fetching else ""
+
+
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     engine: Engine = request.app.state.engine
@@ -76,7 +84,8 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     message_id = random_id("msg_")
     sealer, who = _sealer(request), principal(request)
     services, settings = request.app.state.responses, engine.registry.config.tools
-    server = open_server_tools(body.tools, settings, services.search, services.sandbox)
+    server = open_server_tools(body.tools, settings, services.search, services.sandbox,
+                               engine.registry.config.media, _context(body))
     mcp = await open_mcp(body.mcp_servers, settings, who.tenant)  # connected: closed by the run
     conversation, mcp_names = ingest.conversation, {}
     boxes = [b.toolbox for b in (server, mcp) if b is not None]

@@ -9,7 +9,16 @@ tool the gateway ran (:mod:`app.api.messages.server_tools`) becomes Anthropic's 
   search said of the page, re-read when the block comes back) or a
   ``code_execution_tool_result`` (``stdout``, ``stderr`` = the run's error, ``return_code``);
   a failed call is the block's error object (``max_uses_exceeded``, else ``unavailable``);
-* ``usage.server_tool_use.web_search_requests``: the searches that ran;
+* ``code_execution_20250825``'s calls (:mod:`app.api.messages.code_tools`) → ``server_tool_use``
+  named ``bash_code_execution`` / ``text_editor_code_execution`` with the model's input, the
+  result a ``bash_code_execution_tool_result`` / ``text_editor_code_execution_tool_result``
+  holding the record the sandbox run printed (a call past ``max_uses``: ``too_many_requests``);
+* a fetch (:mod:`app.api.messages.web_fetch`) → ``server_tool_use`` ``web_fetch`` with
+  ``{"url"}``, its result a ``web_fetch_tool_result`` holding a ``web_fetch_result`` (``url``,
+  ``retrieved_at``, the text as a plain-text ``document`` with the page's ``title``) or
+  ``web_fetch_tool_result_error`` with the fetcher's ``error_code``;
+* ``usage.server_tool_use.web_search_requests`` / ``web_fetch_requests``: the searches and
+  fetches that ran;
 * a call of an ``mcp_servers`` tool (:mod:`app.api.messages.mcp`) → an ``mcp_tool_use`` block
   (``name``, ``server_name``, ``input``), its result an ``mcp_tool_result`` (``is_error``,
   the tool's text).
@@ -22,7 +31,14 @@ from typing import Any
 
 import orjson
 
-from app.api.messages.server_tools import CODE_EXECUTION, MAX_USES_EXCEEDED, WEB_SEARCH
+from app.api.messages.server_tools import (
+    BASH,
+    CODE_EXECUTION,
+    EDITOR,
+    MAX_USES_EXCEEDED,
+    WEB_FETCH,
+    WEB_SEARCH,
+)
 from app.core import events as ev
 from app.tools import code, web
 from app.tools.web import WebSearchToolbox
@@ -42,6 +58,7 @@ class ServerBlocks:
         self._browser = browser
         self._calls: dict[str, str] = {}  # call id → the model-facing function
         self.searches = 0
+        self.fetches = 0
 
     def started(self, call_id: str, name: str) -> str:
         self._calls[call_id] = name
@@ -61,7 +78,7 @@ class ServerBlocks:
         return args
 
     def usage(self) -> Json:
-        return {"web_search_requests": self.searches, "web_fetch_requests": 0}
+        return {"web_search_requests": self.searches, "web_fetch_requests": self.fetches}
 
     def result(self, event: ev.HostedCallDone) -> Json | None:
         """The result block of a call of a server tool, or None for another call."""
@@ -81,6 +98,16 @@ class ServerBlocks:
                             if detail.get("error_code") is None else
                             {"type": "code_execution_tool_result_error", "error_code": "unavailable"})
             return {"type": "code_execution_tool_result", "tool_use_id": event.call_id, "content": content}
+        if kind in (BASH, EDITOR):  # code_execution_20250825's sub-tools
+            result = detail.get("result")
+            if not isinstance(result, dict):  # not run: max_uses
+                capped = detail.get("error_code") == MAX_USES_EXCEEDED
+                code_ = "too_many_requests" if capped else "unavailable"
+                result = {"type": f"{kind}_tool_result_error", "error_code": code_}
+            return {"type": f"{kind}_tool_result", "tool_use_id": event.call_id, "content": result}
+        if kind == WEB_FETCH:
+            return {"type": "web_fetch_tool_result", "tool_use_id": event.call_id,
+                    "content": self._fetched(event, detail)}
         assert kind == WEB_SEARCH
         if failed:
             code_ = MAX_USES_EXCEEDED if detail.get("error_code") == MAX_USES_EXCEEDED else "unavailable"
@@ -90,6 +117,18 @@ class ServerBlocks:
                 self.searches += 1
             content = [self._source(url) for url in _urls(detail.get("action"))]
         return {"type": "web_search_tool_result", "tool_use_id": event.call_id, "content": content}
+
+    def _fetched(self, event: ev.HostedCallDone, detail: Any) -> Json:
+        """A ``web_fetch_result`` (the page's text as a plain-text document), or the error."""
+        if event.error is not None:
+            code_ = detail.get("error_code")
+            return {"type": "web_fetch_tool_result_error",
+                    "error_code": code_ if isinstance(code_, str) else "unavailable"}
+        self.fetches += 1
+        return {"type": "web_fetch_result", "url": str(detail.get("url", "")),
+                "retrieved_at": detail.get("retrieved_at"),
+                "content": {"type": "document", "title": detail.get("title") or None, "citations": None,
+                            "source": {"type": "text", "media_type": "text/plain", "data": event.output}}}
 
     def _source(self, url: str) -> Json:
         browser = self._browser

@@ -10,9 +10,16 @@
 * ``code_execution_20250522`` (name ``code_execution``) → the sandbox of
   ``[tools.code_interpreter]`` (:class:`~app.tools.code.CodeToolbox`, a fresh container per
   message); ``max_uses`` bounds its runs the same way.
-* Any other versioned tool type (``web_fetch_*``, ``code_execution_20250825``'s bash and
-  editor tools, ``computer_*``, ...) and a server tool whose provider the operator did not
-  configure: a 400 ``invalid_request_error`` naming the tool (``tools[i].type``).  Policy, and
+* ``web_fetch_20250910`` (name ``web_fetch``) → the gateway's URL fetcher under ``[media]``
+  (:mod:`app.api.messages.web_fetch`: the operator's SSRF allow-list, the tool's domain
+  filters, only URLs the conversation shows); ``max_uses`` bounds its fetches.
+* ``code_execution_20250825`` (name ``code_execution``) → the same sandbox, as its two sub-tools
+  ``bash_code_execution`` and ``text_editor_code_execution`` (:mod:`app.api.messages.code_tools`);
+  ``max_uses`` bounds their calls together.
+* Any other versioned tool type (later ``web_fetch_*`` and ``code_execution_*`` versions,
+  ``computer_*``, ...) and a server tool whose provider the operator did not configure: a 400
+  ``invalid_request_error`` naming the tool (``tools[i].type``) and the versions this gateway
+  runs.  Policy, and
   why: dropping the tool would let the model answer from memory as if it had searched; a 400
   is what Anthropic's API answers for a server tool an organisation may not use, and Claude
   Code sends server tools only in the side request of its ``WebSearch`` tool, whose failure
@@ -28,7 +35,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.config import ToolSettings
+from app.api.messages import code_tools, web_fetch
+from app.config import MediaSettings, ToolSettings
 from app.core.conversation import FunctionTool
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
@@ -40,10 +48,13 @@ from app.tools.search import Hit, Page, SearchProvider, in_domains
 from app.tools.web import WebSearchToolbox
 from schemas import messages as wire
 
-WEB_SEARCH, CODE_EXECUTION = "web_search", "code_execution"
+WEB_SEARCH, CODE_EXECUTION, WEB_FETCH = "web_search", "code_execution", web_fetch.NAME
+SHELL = "code_execution_20250825"  # the kind of code execution with bash and the text editor
+BASH, EDITOR = code_tools.BASH, code_tools.EDITOR
 CODE_TYPES = ("code_execution_20250522",)
 MAX_DOMAINS = 100
 MAX_USES_EXCEEDED = "max_uses_exceeded"
+SUPPORTED = ", ".join(("web_search_*", *CODE_TYPES, *code_tools.TYPES, *web_fetch.TYPES))
 
 
 def server_tools(tools: Sequence[wire.Tool | wire.ServerTool] | None) -> list[tuple[int, wire.ServerTool]]:
@@ -56,12 +67,17 @@ def kind_of(tool: wire.ServerTool, where: str) -> str:
         kind = WEB_SEARCH
     elif tool.type in CODE_TYPES:
         kind = CODE_EXECUTION
+    elif tool.type in web_fetch.TYPES:
+        kind = WEB_FETCH
+    elif tool.type in code_tools.TYPES:
+        kind = SHELL
     else:
         raise InvalidRequest(f"{where}: the server tool {tool.type!r} ({tool.name!r}) is not available "
-                             "on this gateway; it runs web_search_* and code_execution_20250522 (when "
-                             "its operator configured them). Leave the tool out.", param=f"{where}.type")
-    if tool.name != kind:
-        raise InvalidRequest(f"{where}.name must be {kind!r} for a {tool.type} tool.", param=f"{where}.name")
+                             f"on this gateway; it runs {SUPPORTED} (when its operator configured "
+                             "them). Leave the tool out or use one of those versions.", param=f"{where}.type")
+    name = CODE_EXECUTION if kind == SHELL else kind
+    if tool.name != name:
+        raise InvalidRequest(f"{where}.name must be {name!r} for a {tool.type} tool.", param=f"{where}.name")
     return kind
 
 
@@ -69,7 +85,9 @@ def functions_of(tools: Sequence[wire.Tool | wire.ServerTool] | None) -> tuple[F
     """What the model is shown for the request's server tools (the same as when they run)."""
     out: list[FunctionTool] = []
     for i, t in server_tools(tools):
-        out += web.FUNCTIONS if kind_of(t, f"tools[{i}]") == WEB_SEARCH else code.FUNCTIONS
+        kind = kind_of(t, f"tools[{i}]")
+        out += (web.FUNCTIONS if kind == WEB_SEARCH else (web_fetch.FUNCTION,) if kind == WEB_FETCH
+                else code_tools.FUNCTIONS if kind == SHELL else code.FUNCTIONS)
     return tuple(out)
 
 
@@ -143,17 +161,22 @@ class ServerTools:
 
 
 def open_server_tools(tools: Sequence[wire.Tool | wire.ServerTool] | None, settings: ToolSettings,
-                      search: SearchProvider | None, sandbox: Sandbox | None) -> ServerTools | None:
+                      search: SearchProvider | None, sandbox: Sandbox | None,
+                      media: MediaSettings | None = None, context: str = "") -> ServerTools | None:
     """The toolbox of the request's server tools; None without any; a 400 for a tool this
-    gateway cannot run (the module docstring)."""
+    gateway cannot run (the module docstring).  ``media``: the fetcher's settings (web fetch);
+    ``context``: the conversation's text, where a fetched URL must appear."""
     boxes: list[Toolbox] = []
     names: dict[str, str] = {}
     browser: WebSearchToolbox | None = None
+    kinds: set[str] = set()
     for i, t in server_tools(tools):
         where = f"tools[{i}]"
         kind = kind_of(t, where)
-        if kind in names.values():
-            raise InvalidRequest(f"{where}.type: offer {kind} once.", param=f"{where}.type")
+        label = CODE_EXECUTION if kind == SHELL else kind
+        if label in kinds:
+            raise InvalidRequest(f"{where}.type: offer {label} once.", param=f"{where}.type")
+        kinds.add(label)
         if kind == WEB_SEARCH:
             if search is None:
                 raise InvalidRequest(f"{where}: the server tool {t.type!r} (web_search) is not available: "
@@ -169,6 +192,16 @@ def open_server_tools(tools: Sequence[wire.Tool | wire.ServerTool] | None, setti
                                        Browser())
             boxes.append(_Capped(browser, frozenset({web.SEARCH}), t.max_uses))
             names.update({f.name: WEB_SEARCH for f in browser.functions})
+        elif kind == WEB_FETCH:
+            web_fetch.check_media(media := media or MediaSettings(), where, t.type)
+            allowed = _domains(t.allowed_domains, f"{where}.allowed_domains")
+            blocked = _domains(t.blocked_domains, f"{where}.blocked_domains")
+            if allowed and blocked:
+                raise InvalidRequest(f"{where}: use either allowed_domains or blocked_domains, not both.",
+                                     param=f"{where}.blocked_domains")
+            fetcher = web_fetch.WebFetchToolbox(media, context, allowed, blocked)
+            boxes.append(_Capped(fetcher, frozenset({web_fetch.NAME}), t.max_uses))
+            names[web_fetch.NAME] = WEB_FETCH
         else:
             if sandbox is None:
                 raise InvalidRequest(f"{where}: the server tool {t.type!r} (code_execution) is not "
@@ -176,6 +209,11 @@ def open_server_tools(tools: Sequence[wire.Tool | wire.ServerTool] | None, setti
                                      "([tools.code_interpreter]). Leave the tool out.",
                                      param=f"{where}.type")
             box = CodeToolbox(sandbox, random_id("cntr_"), settings.max_output_chars)
+            if kind == SHELL:
+                shell = code_tools.SandboxShellToolbox(box, settings.max_output_chars)
+                boxes.append(_Capped(shell, frozenset({BASH, EDITOR}), t.max_uses))
+                names.update({BASH: BASH, EDITOR: EDITOR})
+                continue
             boxes.append(_Capped(box, frozenset({code.NAME}), t.max_uses))
             names.update({f.name: CODE_EXECUTION for f in box.functions})
     if not boxes:

@@ -350,11 +350,12 @@ class ResponsesEncoder:
         return []
 
     def finish(self, event: ev.Finished) -> list[Json]:
-        incomplete = event.reason == "length"
+        incomplete = event.reason in ("length", "content_filter")
         events = self._close("incomplete" if incomplete else "completed") + self._hosted.drop()
         r = self._resource
         r["status"] = "incomplete" if incomplete else "completed"
-        r["incomplete_details"] = {"reason": event.limit or "max_output_tokens"} if incomplete else None
+        reason = "content_filter" if event.reason == "content_filter" else event.limit or "max_output_tokens"
+        r["incomplete_details"] = {"reason": reason} if incomplete else None
         r["completed_at"] = int(time.time()) if not incomplete else None
         r["usage"] = usage_body(event.usage)
         self.terminal = True

@@ -4,7 +4,8 @@ Ollama ``/api/chat`` and OpenAI-compatible upstreams return answer ``content``,
 ``reasoning`` (``reasoning_content`` / ``reasoning`` / ``thinking``) and structured
 ``tool_calls`` deltas.  This parser turns those :class:`app.core.output.Chunk` fields into
 the same events the token and text parsers produce: parts open and close in order,
-tool calls get stable ids (the upstream's, or generated), and a stream without a
+tool calls get stable ids (the upstream's, or generated), a refused finish (the
+upstream's content filter or refusal) ends with ``content_filter``, and a stream without a
 finish is a truncation error.
 """
 
@@ -67,4 +68,6 @@ class DeltaParser:
     def _reason(self, finish: Finish) -> ev.FinishReason:
         if finish.kind == "length":
             return "length"
+        if finish.refused:
+            return "content_filter"
         return "tool_calls" if self._parts.calls else "stop"

@@ -124,11 +124,19 @@ def test_usage_details_and_finishes() -> None:
     assert chunk.usage == Usage(prompt_tokens=50, completion_tokens=30, reasoning_tokens=12,
                                 cached_tokens=40)
     reasons = {"stop": Finish("eos"), "length": Finish("length"), "tool_calls": Finish("tool_calls"),
-               "content_filter": Finish("eos")}
+               "content_filter": Finish("eos", refused=True)}
     for reason, finish in reasons.items():
         assert s.chunk({"choices": [{"delta": {}, "finish_reason": reason}]}).finish == finish
     vllm_stop = s.chunk({"choices": [{"delta": {}, "finish_reason": "stop", "stop_reason": "END"}]})
     assert vllm_stop.finish == Finish("stop_string", "END")
+
+
+def test_a_refusal_is_answer_text_and_its_finish_is_refused() -> None:
+    s = ChatStream()
+    assert s.chunk({"choices": [{"delta": {"content": None, "refusal": "I can't"}}]}).text == "I can't"
+    stop: dict[str, object] = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+    assert s.chunk(stop).finish == Finish("eos", refused=True)
+    assert ChatStream().chunk(stop).finish == Finish("eos")
 
 
 def test_logprobs() -> None:

@@ -220,7 +220,7 @@ RESULT: Json = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "
     ([WEB_SEARCH, WEB_SEARCH], ASK, "tools[1].type"),
     ([WEB_SEARCH, {"name": "browser__search", "input_schema": {"type": "object"}}], ASK, "tools"),
     ([WEB_SEARCH], [*ASK, {"role": "assistant", "content": [RESULT]}], "messages[1].content[0].tool_use_id"),
-    ([WEB_SEARCH], [*ASK, {"role": "assistant", "content": [{**USE, "name": "web_fetch"}, RESULT]}],
+    ([WEB_SEARCH], [*ASK, {"role": "assistant", "content": [{**USE, "name": "computer"}, RESULT]}],
      "messages[1].content[0].name"),
     ([WEB_SEARCH], [{"role": "user", "content": [USE]}], "messages[0].content[0] is a server_tool_use"),
 ])

@@ -1,0 +1,137 @@
+"""A transparent TCP proxy on loopback that keeps a copy of what clients send: put it between
+a real client (Claude Code) and the gateway to see the HTTP requests the gateway received,
+byte for byte, while every answer (SSE streams included) passes through untouched.
+
+:func:`recording_proxy` runs it in a thread and yields a :class:`Recording`; its
+:meth:`Recording.requests` parses the bytes each connection sent into HTTP/1.1 requests
+(``Content-Length`` or chunked bodies, ``gzip`` request bodies opened).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def _chunked(data: bytes, at: int) -> tuple[bytes, int]:
+    body = bytearray()
+    while True:
+        end = data.index(b"\r\n", at)
+        size = int(data[at:end].split(b";", 1)[0], 16)
+        at = end + 2
+        if size == 0:
+            return bytes(body), data.index(b"\r\n\r\n", at - 2) + 4
+        body += data[at:at + size]
+        at += size + 2
+
+
+def parse_requests(data: bytes) -> list[RecordedRequest]:
+    """The complete HTTP/1.1 requests in ``data`` (one connection's bytes, in order)."""
+    out: list[RecordedRequest] = []
+    at = 0
+    while (head_end := data.find(b"\r\n\r\n", at)) >= 0:
+        lines = data[at:head_end].decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        start = head_end + 4
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            try:
+                body, at = _chunked(data, start)
+            except ValueError:  # incomplete
+                return out
+        else:
+            length = int(headers.get("content-length", "0"))
+            if len(data) < start + length:
+                return out
+            body, at = data[start:start + length], start + length
+        if headers.get("content-encoding", "").lower() == "gzip":
+            body = gzip.decompress(body)
+        out.append(RecordedRequest(method, path, headers, body))
+    return out
+
+
+@dataclass
+class Recording:
+    url: str
+    _connections: list[bytearray] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            sent = [bytes(c) for c in self._connections]
+        return [r for data in sent for r in parse_requests(data)]
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                copy: bytearray | None, lock: threading.Lock) -> None:
+    try:
+        while data := await reader.read(65536):
+            if copy is not None:
+                with lock:
+                    copy += data
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+@contextlib.contextmanager
+def recording_proxy(upstream: str) -> Iterator[Recording]:
+    """Listen on a loopback port and forward every connection to ``upstream``
+    (``http://127.0.0.1:PORT``); yields the recording, whose ``url`` is the proxy's."""
+    host, port = upstream.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    recording = Recording("")
+    state: dict[str, Any] = {}
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection(host, int(port))
+        except OSError:
+            client_w.close()
+            return
+        copy = bytearray()
+        with recording._lock:
+            recording._connections.append(copy)
+        await asyncio.gather(_pipe(client_r, up_w, copy, recording._lock),
+                             _pipe(up_r, client_w, None, recording._lock))
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        state["server"] = server
+        recording.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        started.set()
+        async with server:
+            with contextlib.suppress(asyncio.CancelledError):
+                await server.serve_forever()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise RuntimeError("the recording proxy did not start")
+    try:
+        yield recording
+    finally:
+        loop.call_soon_threadsafe(state["server"].close)
+        thread.join(10)
