@@ -7,6 +7,10 @@ convenience variables ``OCMGW_HOST``, ``OCMGW_PORT``, ``OCMGW_API_KEYS`` (comma-
 keys, hashed on load) and, to define one model
 without a file, ``OCMGW_MODEL`` + ``OCMGW_BACKEND_URL`` (comma-separated) with
 optional ``OCMGW_BACKEND`` (default ``llamacpp``) and ``OCMGW_CONTEXT_WINDOW``.
+
+Every key carries its ``description`` and every table its docstring: they are the text of the
+generated configuration reference (``scripts/gen_reference.py`` →
+``docs/reference/configuration.md``), and a test fails when one is missing.
 """
 
 from __future__ import annotations
@@ -27,59 +31,90 @@ class _Strict(BaseModel):
 
 
 class ModelDefaults(_Strict):
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    """Sampling values applied when a request leaves them unset."""
+
+    temperature: float | None = Field(default=None, description="Sampling temperature.")
+    top_p: float | None = Field(default=None, description="Nucleus sampling: the probability mass kept.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Most tokens generated for one answer.")
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        default=None, description="Reasoning effort (Harmony and reasoning models).")
 
 
 class HarmonySettings(_Strict):
-    model_identity: str = "You are ChatGPT, a large language model trained by OpenAI."
-    knowledge_cutoff: str = "2024-06"
-    current_date: str | None = None
+    """The system message of a ``prompt_format = "harmony"`` model (an OpenChatML model reuses
+    its identity, knowledge cutoff and date)."""
+
+    model_identity: str = Field(default="You are ChatGPT, a large language model trained by OpenAI.",
+                                description="The model's identity, the first line of the system message.")
+    knowledge_cutoff: str = Field(default="2024-06", description="The knowledge cutoff the system message "
+                                                                 "states (YYYY-MM).")
+    current_date: str | None = Field(default=None, description="The date the system message states "
+                                                               "(YYYY-MM-DD); unset: today's date (UTC).")
 
 
 class TemplateSettings(_Strict):
-    """``prompt_format = "template"``: the model's Jinja chat template and its tokens."""
+    """``prompt_format = "template"``: the model's Jinja chat template and its tokens (exactly one
+    of ``path``, ``builtin``, ``from_backend``)."""
 
-    path: str | None = None  # a .jinja file (HF ``chat_template``)
-    builtin: str | None = None  # or a template shipped with the gateway (app/templates/NAME.jinja)
-    from_backend: bool = False  # or the one llama.cpp reports in GET /props (with its bos / eos)
-    # unset: a built-in template's own tokens (gemma3: <bos> / <eos>), else empty
-    bos_token: str | None = None
-    eos_token: str | None = None
+    path: str | None = Field(default=None, description="A .jinja file: the model's chat template "
+                                                       "(Hugging Face ``chat_template``).")
+    builtin: str | None = Field(default=None, description="Or a template shipped with the gateway "
+                                                          "(app/templates/NAME.jinja).")
+    from_backend: bool = Field(default=False, description="Or the template llama.cpp reports in "
+                                                          "GET /props (with its BOS / EOS tokens).")
+    bos_token: str | None = Field(default=None, description="The template's beginning-of-sequence "
+                                  "token; unset: a built-in template's own (gemma3: <bos>), else empty.")
+    eos_token: str | None = Field(default=None, description="The template's end-of-sequence token; "
+                                  "unset: a built-in template's own (gemma3: <eos>), else empty.")
 
 
 class OpenChatMLSettings(_Strict):
     """``prompt_format = "openchatml"`` (the system message reuses ``[harmony]`` identity,
     knowledge cutoff and date)."""
 
-    require_channels: bool = False  # E-PARSE-CHANNEL-MISSING for output without a channel
-    document_header: bool = True  # the §2 YAML document header at the top of the prompt
+    require_channels: bool = Field(default=False, description="Model output without a channel is an "
+                                                              "error (E-PARSE-CHANNEL-MISSING).")
+    document_header: bool = Field(default=True, description="Put the §2 YAML document header at the "
+                                                            "top of the prompt.")
 
 
 class ModelConfig(_Strict):
-    backend: Literal["llamacpp", "vllm", "ollama", "openai"] = "llamacpp"
-    base_urls: list[str] = Field(min_length=1)
-    upstream_model: str | None = None  # the backend's own model name (vLLM, Ollama, ...); default: this key
-    api_key: str | None = None  # sent as Authorization: Bearer to an OpenAI-compatible upstream
-    # default: "chat" for chat-mode backends (ollama, openai), "harmony" otherwise
-    prompt_format: Literal["harmony", "openchatml", "template", "chat"] | None = None
-    context_window: int = Field(default=8192, ge=16)
-    # llamacpp: the model's GGUF file, read for its token types (which ids are added or
-    # control tokens that client text must never become).  Unset: the file llama.cpp reports
-    # in /props (model_path) when this process can read it, else a shape-based check.
-    gguf: str | None = None
-    owned_by: str = "ocm-gateway"
-    # "embedding": the model only embeds (/v1/embeddings, [knowledge]); a generation request
-    # (chat, responses, messages, completions) naming it is a 400 before any backend is asked
-    kind: Literal["chat", "embedding"] = "chat"
-    # other names of this model for the Messages API, like an [aliases] entry each
-    aliases: list[str] = []
-    defaults: ModelDefaults = ModelDefaults()
-    harmony: HarmonySettings = HarmonySettings()
-    template: TemplateSettings = TemplateSettings()
-    openchatml: OpenChatMLSettings = OpenChatMLSettings()
+    """A model the gateway serves, under the name clients ask for (``[models."NAME"]`` in TOML,
+    quoted when the name has ``-`` or ``.``)."""
+
+    backend: Literal["llamacpp", "vllm", "ollama", "openai"] = Field(
+        default="llamacpp", description="The server behind the model: llama.cpp, vLLM, Ollama, or any "
+                                        "OpenAI-compatible API (openai).")
+    base_urls: list[str] = Field(min_length=1, description="The backend's replicas: several are served "
+                                 "least-outstanding-first, with failover between them.")
+    upstream_model: str | None = Field(default=None, description="The backend's own name of the model "
+                                       "(vLLM, Ollama, ...); default: this model's name.")
+    api_key: str | None = Field(default=None, description="Sent as ``Authorization: Bearer`` to an "
+                                                          "OpenAI-compatible upstream.")
+    prompt_format: Literal["harmony", "openchatml", "template", "chat"] | None = Field(
+        default=None, description="How the prompt is made: Harmony, OpenChatML, the model's chat "
+        "template, or chat (messages passed to the backend); default: chat for the ollama and "
+        "openai backends, harmony otherwise.")
+    context_window: int = Field(default=8192, ge=16, description="The model's context in tokens; a "
+                                                                 "prompt beyond it is a 400.")
+    gguf: str | None = Field(default=None, description="llamacpp: the model's GGUF file, read for its "
+                             "token types (the ids client text must never become). Unset: the file "
+                             "llama.cpp reports in /props when this process can read it, else a "
+                             "shape-based check.")
+    owned_by: str = Field(default="ocm-gateway", description="``owned_by`` of the model in /v1/models.")
+    kind: Literal["chat", "embedding"] = Field(
+        default="chat", description="embedding: the model only embeds (/v1/embeddings, [knowledge]); a "
+        "generation request (chat, responses, messages, completions) naming it is a 400 before any "
+        "backend is asked.")
+    aliases: list[str] = Field(default=[], description="Other names of the model for the Messages API, "
+                                                       "each like an [aliases] entry.")
+    defaults: ModelDefaults = Field(default=ModelDefaults(), description="Sampling values applied when "
+                                                                         "a request leaves them unset.")
+    harmony: HarmonySettings = Field(default=HarmonySettings(), description="The Harmony system message.")
+    template: TemplateSettings = Field(default=TemplateSettings(), description="The chat template "
+                                       "(prompt_format = \"template\").")
+    openchatml: OpenChatMLSettings = Field(default=OpenChatMLSettings(), description="OpenChatML prompts "
+                                           "(prompt_format = \"openchatml\").")
 
     @model_validator(mode="after")
     def _check_format(self) -> ModelConfig:
@@ -105,87 +140,121 @@ class ModelConfig(_Strict):
 
 
 class UpstreamSettings(_Strict):
-    connect_timeout: float = 10.0
-    read_timeout: float = 600.0  # also the longest silence allowed between two stream events
-    # until the first stream event (prompt processing), over all attempts together
-    first_byte_timeout: float = Field(default=300.0, gt=0)
-    # per attempt: a replica silent this long is abandoned for the next one (None: no limit
-    # of its own, so a stall uses the whole first_byte_timeout and is not failed over)
-    attempt_timeout: float | None = Field(default=None, gt=0)
-    max_connections: int = 256
-    max_attempts: int = Field(default=3, ge=1)  # replicas tried before the first byte
-    retry_backoff: float = Field(default=0.05, ge=0)
-    cooldown_seconds: float = Field(default=10.0, ge=0)  # a failed replica is skipped this long
+    """How the gateway reaches its backends: timeouts, attempts across replicas, the pool."""
+
+    connect_timeout: float = Field(default=10.0, description="Seconds to open a connection to a backend.")
+    read_timeout: float = Field(default=600.0, description="Seconds a backend may take to send the next "
+                                "data, and so the longest silence between two stream events.")
+    first_byte_timeout: float = Field(default=300.0, gt=0, description="Seconds until the first stream "
+                                      "event (prompt processing), over all attempts together.")
+    attempt_timeout: float | None = Field(default=None, gt=0, description="Per attempt: a replica silent "
+                                          "this long is abandoned for the next one. Unset: no limit of "
+                                          "its own (a stall uses the whole first_byte_timeout and is not "
+                                          "failed over).")
+    max_connections: int = Field(default=256, description="Size of the connection pool shared by every "
+                                                          "backend.")
+    max_attempts: int = Field(default=3, ge=1, description="Replicas tried when one fails before its "
+                                                           "first byte.")
+    retry_backoff: float = Field(default=0.05, ge=0, description="Seconds before the second attempt, "
+                                                                 "doubling with each further one.")
+    cooldown_seconds: float = Field(default=10.0, ge=0, description="A failed replica is skipped this "
+                                                                    "long.")
 
 
 def _default_store_path() -> str:
+    """``$XDG_DATA_HOME/ocm-gateway/responses.sqlite3`` (``~/.local/share`` without XDG_DATA_HOME)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "ocm-gateway" / "responses.sqlite3")
 
 
 class StoreSettings(_Strict):
-    path: str = Field(default_factory=_default_store_path)  # ":memory:" keeps nothing
-    # postgresql://user@host/db: everything stored there (responses, conversations, stored chat
-    # completions, keys, usage), shared by N replicas (app/stores/postgres.py)
-    url: str | None = Field(default=None, pattern=r"^postgres(ql)?://")
-    # A process marks its stored runs in flight alive every heartbeat_seconds; one untouched for
-    # lost_after_seconds (its process died) reads back as failed with code run_lost.
-    heartbeat_seconds: float = Field(default=5.0, gt=0)
-    lost_after_seconds: float = Field(default=30.0, gt=0)
-    # Retention (None: kept until deleted): what is older is deleted by a job every replica
-    # runs every cleanup_seconds (on PostgreSQL one replica at a time does the work).
-    response_ttl_seconds: float | None = Field(default=None, gt=0)
-    conversation_ttl_seconds: float | None = Field(default=None, gt=0)
-    cleanup_seconds: float = Field(default=3600.0, gt=0)
+    """Where responses, conversations, stored chat completions, files, keys and usage are kept,
+    and for how long."""
+
+    path: str = Field(default_factory=_default_store_path, description="The SQLite database (WAL); "
+                      "uploaded files are kept in files/ beside it. \":memory:\" keeps nothing.")
+    url: str | None = Field(default=None, pattern=r"^postgres(ql)?://", description=(
+        "postgresql://user@host/db: everything stored there instead (responses, conversations, stored "
+        "chat completions, keys, usage), shared by N replicas."))
+    heartbeat_seconds: float = Field(default=5.0, gt=0, description="A process marks its stored runs "
+                                                                    "in flight alive this often.")
+    lost_after_seconds: float = Field(default=30.0, gt=0, description="A run in flight untouched this "
+                                      "long (its process died) reads back as failed, code run_lost.")
+    response_ttl_seconds: float | None = Field(default=None, gt=0, description="Responses older than "
+                                               "this are deleted; unset: kept until deleted.")
+    conversation_ttl_seconds: float | None = Field(default=None, gt=0, description="Conversations older "
+                                                   "than this are deleted; unset: kept until deleted.")
+    cleanup_seconds: float = Field(default=3600.0, gt=0, description="How often every replica runs the "
+                                   "retention job (on PostgreSQL one replica at a time does the work).")
 
 
 class MediaSettings(_Strict):
     """Images and documents a request names by URL (the Messages API's ``url`` sources): fetched
     only from these prefixes (SSRF: the default names none, and a URL source is a 400)."""
 
-    allowed_urls: list[str] = []
-    # a name in allowed_urls that resolves to a loopback / private / link-local address is
-    # refused unless this says the operator's names are meant to be internal
-    allow_private_names: bool = False
-    fetch_timeout: float = Field(default=10.0, gt=0, le=120)  # the whole fetch of one URL
+    allowed_urls: list[str] = Field(default=[], description="URL prefixes media may be fetched from.")
+    allow_private_names: bool = Field(default=False, description="Allow a name in allowed_urls that "
+                                      "resolves to a loopback, private or link-local address (the "
+                                      "operator's names are meant to be internal).")
+    fetch_timeout: float = Field(default=10.0, gt=0, le=120, description="Seconds for the whole fetch "
+                                                                         "of one URL.")
 
 
 class FilesSettings(_Strict):
-    # /v1/files: the largest upload (OpenAI's 512 MB), refused while it streams in
-    max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
-    sweep_seconds: float = Field(default=60.0, gt=0)  # how often expired files are deleted
+    """``/v1/files``: uploads, kept as bytes in files/ beside the SQLite database."""
+
+    max_bytes: int = Field(default=512 * 1024 * 1024, ge=1, description="The largest upload in bytes "
+                           "(OpenAI's 512 MB), refused while it streams in.")
+    sweep_seconds: float = Field(default=60.0, gt=0, description="How often files past their "
+                                                                 "expires_after are deleted.")
 
 
 class BatchSettings(_Strict):
-    # /v1/batches: the worker that runs batch lines behind interactive traffic (app/batches)
-    enabled: bool = True  # run the worker in this process (every replica may)
-    share: float = Field(default=0.25, gt=0, le=1)  # of [limits] max_inflight, for batch lines
-    max_lines: int = Field(default=50_000, ge=1, le=10_000_000)  # requests per input file
-    max_attempts: int = Field(default=5, ge=1, le=100)  # tries of a line answered 429/5xx
-    backoff_seconds: float = Field(default=1.0, gt=0, le=3600)  # first retry's wait, doubling
-    lease_seconds: float = Field(default=30.0, ge=1, le=3600)  # a dead worker's lines are retaken
-    poll_seconds: float = Field(default=1.0, gt=0, le=3600)
+    """``/v1/batches``: the worker that runs batch lines behind interactive traffic."""
+
+    enabled: bool = Field(default=True, description="Run the batch worker in this process (every "
+                                                     "replica may).")
+    share: float = Field(default=0.25, gt=0, le=1, description="The share of [limits] max_inflight "
+                                                               "batch lines may use.")
+    max_lines: int = Field(default=50_000, ge=1, le=10_000_000, description="Requests per input file.")
+    max_attempts: int = Field(default=5, ge=1, le=100, description="Tries of a line answered 429 or 5xx.")
+    backoff_seconds: float = Field(default=1.0, gt=0, le=3600, description="The first retry's wait, "
+                                                                           "doubling with each retry.")
+    lease_seconds: float = Field(default=30.0, ge=1, le=3600, description="A dead worker's lines are "
+                                                                          "taken again after this long.")
+    poll_seconds: float = Field(default=1.0, gt=0, le=3600, description="How often the worker looks "
+                                                                        "for new lines.")
 
 
 class LimitSettings(_Strict):
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    requests_per_minute: int | None = Field(default=None, ge=1)  # per API key (or client address)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
-    max_concurrent: int | None = Field(default=None, ge=1)  # generations in flight per key
-    max_n: int = Field(default=8, ge=1)  # choices per chat completion (n); each is a generation
-    max_websockets: int = Field(default=16, ge=1)  # open Responses WebSockets per key (or address)
-    # Admission control for the whole gateway process: generations in flight (default: the
-    # upstream connection pool size), how many may wait for a slot, and for how long; beyond
-    # either bound a request is a 503 with Retry-After.
-    max_inflight: int | None = Field(default=None, ge=1)
-    max_queue: int = Field(default=1024, ge=0)
-    queue_timeout: float = Field(default=60.0, gt=0)
-    # Slow clients: a request head must arrive within header_timeout seconds, a body within
-    # body_timeout (408); open connections per worker are capped at max_connections (default:
-    # max_inflight + max_queue + 256; beyond it uvicorn answers 503).
-    header_timeout: float = Field(default=10.0, gt=0)
-    body_timeout: float = Field(default=30.0, gt=0)
-    max_connections: int | None = Field(default=None, ge=1)
+    """Request limits: body size, rates per key, and admission control for the whole process
+    (beyond ``max_inflight`` generations requests queue; beyond the queue, 503 + Retry-After)."""
+
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="The largest request "
+                                                                               "body; beyond it a 413.")
+    requests_per_minute: int | None = Field(default=None, ge=1, description="Requests a minute per API "
+                                            "key (or client address when auth is off); unset: no limit.")
+    tokens_per_minute: int | None = Field(default=None, ge=1, description="Tokens a minute per API key "
+                                          "(or client address); unset: no limit.")
+    max_concurrent: int | None = Field(default=None, ge=1, description="Generations in flight per key; "
+                                                                       "unset: no limit.")
+    max_n: int = Field(default=8, ge=1, description="Choices (n) one chat completion may ask for; each "
+                                                    "is a generation.")
+    max_websockets: int = Field(default=16, ge=1, description="Open Responses WebSockets per key (or "
+                                                              "client address).")
+    max_inflight: int | None = Field(default=None, ge=1, description="Generations in flight in the "
+                                     "whole process; default: [upstream] max_connections.")
+    max_queue: int = Field(default=1024, ge=0, description="Requests that may wait for a slot; beyond: "
+                                                           "503 with Retry-After.")
+    queue_timeout: float = Field(default=60.0, gt=0, description="The longest wait for a slot in "
+                                                                 "seconds; beyond: 503 with Retry-After.")
+    header_timeout: float = Field(default=10.0, gt=0, description="Seconds within which a request head "
+                                                                  "must arrive (slow clients).")
+    body_timeout: float = Field(default=30.0, gt=0, description="Seconds within which a request body "
+                                                                "must arrive; beyond: 408.")
+    max_connections: int | None = Field(default=None, ge=1, description="Open connections per worker "
+                                        "(default: max_inflight + max_queue + 256); beyond it uvicorn "
+                                        "answers 503.")
 
 
 # Every number an operator sets on a key (here, in /admin/keys, in `ocm-gateway keys`) is
@@ -207,8 +276,8 @@ Expiry = Annotated[int, Field(ge=0, le=MAX_EXPIRES_AT)]
 class Price(_Strict):
     """What a model's tokens cost, per million (any currency; the console says "cost")."""
 
-    input: PerMillion = 0.0
-    output: PerMillion = 0.0
+    input: PerMillion = Field(default=0.0, description="The price of a million input tokens.")
+    output: PerMillion = Field(default=0.0, description="The price of a million output tokens.")
 
 
 class KeyBudget(_Strict):
@@ -216,9 +285,12 @@ class KeyBudget(_Strict):
     (input + output), cost (with the key's ``prices``), or both; over either → 429
     ``insufficient_quota`` until the period resets."""
 
-    period: Literal["day", "month", "total"] = "month"
-    tokens: Tokens | None = None
-    cost: Cost | None = None
+    period: Literal["day", "month", "total"] = Field(default="month", description="The period the "
+                                                     "budget counts over (total: the key's whole life).")
+    tokens: Tokens | None = Field(default=None, description="Tokens (input + output) a period; unset: "
+                                                            "no token limit.")
+    cost: Cost | None = Field(default=None, description="Cost a period, with the key's prices; unset: "
+                                                        "no cost limit.")
 
 
 class ApiKey(_Strict):
@@ -226,15 +298,21 @@ class ApiKey(_Strict):
     stored responses belong to it (keys that share a name share them, e.g. across a rotation).
     Keys in the store (``/admin/keys``) become one of these, named by their id."""
 
-    name: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    models: list[str] | None = None  # None: every model
-    requests_per_minute: Limit | None = None  # override [limits] for this key
-    tokens_per_minute: Limit | None = None
-    max_concurrent: Limit | None = None
-    budget: KeyBudget | None = None
-    prices: dict[str, Price] = {}  # by model name
-    expires_at: Expiry | None = None  # Unix time; refused from then on
+    name: str = Field(description="The key's tenant: what it stores belongs to this name.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="The SHA-256 hex digest of the key "
+                        "(of its text, without a newline).")
+    models: list[str] | None = Field(default=None, description="The models the key may use; unset: "
+                                                               "every model.")
+    requests_per_minute: Limit | None = Field(default=None, description="Overrides [limits] "
+                                                                        "requests_per_minute for the key.")
+    tokens_per_minute: Limit | None = Field(default=None, description="Overrides [limits] "
+                                                                      "tokens_per_minute for the key.")
+    max_concurrent: Limit | None = Field(default=None, description="Overrides [limits] max_concurrent "
+                                                                   "for the key.")
+    budget: KeyBudget | None = Field(default=None, description="The key's spending limit; unset: none.")
+    prices: dict[str, Price] = Field(default={}, description="What the key's tokens cost, by model name.")
+    expires_at: Expiry | None = Field(default=None, description="Unix time from which the key is "
+                                                                "refused; unset: never.")
 
 
 class AdminSettings(_Strict):
@@ -242,41 +320,56 @@ class AdminSettings(_Strict):
     is set (here as a SHA-256 digest, or in plain as ``OCMGW_ADMIN_KEY``). Ordinary API keys
     are never accepted there, nor the admin key on the model APIs."""
 
-    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    console: bool = True  # serve /console (the admin API stays on without it)
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="The SHA-256 "
+                                   "hex digest of the admin key; unset (and no OCMGW_ADMIN_KEY): no "
+                                   "admin API.")
+    console: bool = Field(default=True, description="Serve /console (the admin API stays on without it).")
 
 
 class UsageSettings(_Strict):
     """Usage accounting per key × model × hour and day (app/http/usage.py): kept in memory and
     written to the store every ``flush_seconds`` (and on shutdown): a crash loses at most that."""
 
-    enabled: bool = True
-    flush_seconds: float = Field(default=5.0, gt=0)
-    hourly_days: int = Field(default=7, ge=1)  # hourly rows are kept this long, daily ones forever
-    # how old a key's spend read from the store may be when its budget is checked (the spend of
-    # other replicas shows after their flush plus this)
-    budget_refresh_seconds: float = Field(default=2.0, gt=0)
+    enabled: bool = Field(default=True, description="Count usage (and so enforce key budgets).")
+    flush_seconds: float = Field(default=5.0, gt=0, description="How often the counts are written to "
+                                                                "the store.")
+    hourly_days: int = Field(default=7, ge=1, description="Days hourly rows are kept (daily ones are "
+                                                          "kept forever).")
+    budget_refresh_seconds: float = Field(default=2.0, gt=0, description="How old a key's spend read "
+                                          "from the store may be when its budget is checked (the spend "
+                                          "of other replicas shows after their flush plus this).")
 
 
 class HttpSettings(_Strict):
-    """Browser-facing HTTP: CORS (off unless origins are listed) and the Swagger UI."""
+    """Browser-facing HTTP: CORS (off unless origins are listed) and the Swagger UI; and the
+    server's HTTP/1.1 protocol, ``h11`` (pure Python) or ``httptools`` (C), either with the
+    same guards (app/http/server.py)."""
 
-    cors_origins: list[str] = []  # e.g. ["https://app.example.com"]; ["*"] for any origin
-    cors_allow_credentials: bool = False
-    docs: bool = True  # Swagger UI at /docs (the page loads its script from a CDN)
+    protocol: Literal["h11", "httptools"] = Field(default="httptools", description="The server's "
+                                                  "HTTP/1.1 parser: httptools (C; measured ~5-15 % less "
+                                                  "CPU per request) or h11 (pure Python).")
+    cors_origins: list[str] = Field(default=[], description="Origins CORS allows, e.g. "
+                                    "[\"https://app.example.com\"]; [\"*\"] for any; empty: CORS off.")
+    cors_allow_credentials: bool = Field(default=False, description="Allow credentials on CORS "
+                                                                    "requests.")
+    docs: bool = Field(default=True, description="Serve the Swagger UI at /docs (the page loads its "
+                                                 "script from a CDN).")
 
 
 class ResponsesSettings(_Strict):
-    # Streaming event names: "auto" answers OpenAI's SDKs in OpenAI's names and everyone else
-    # in the Open Responses document's (app/api/responses/dialect.py).
-    event_dialect: Literal["auto", "openresponses", "openai"] = "auto"
-    # AES-256-GCM key (32 bytes, base64; `openssl rand -base64 32`) sealing encrypted_content of
-    # reasoning and compaction items (app/items/sealing.py). Unset: a random key per
-    # process (a warning at startup; tokens do not survive a restart or reach another worker).
-    encryption_key: str | None = None
-    previous_encryption_keys: list[str] = []  # still open tokens sealed before a key rotation
-    # true: no start without encryption_key (N replicas share one; the scale deployments)
-    encryption_key_required: bool = False
+    """The Responses API: its streaming event names and the key sealing ``encrypted_content``."""
+
+    event_dialect: Literal["auto", "openresponses", "openai"] = Field(
+        default="auto", description="Streaming event names: auto answers OpenAI's SDKs in OpenAI's "
+        "names and every other client in the Open Responses document's.")
+    encryption_key: str | None = Field(default=None, description=(
+        "AES-256-GCM key (32 bytes, base64: `openssl rand -base64 32`) sealing encrypted_content of "
+        "reasoning and compaction items. Unset: a random key per process (a warning at startup; "
+        "tokens do not survive a restart or reach another worker)."))
+    previous_encryption_keys: list[str] = Field(default=[], description="Keys used before a rotation: "
+                                                "what they sealed can still be opened.")
+    encryption_key_required: bool = Field(default=False, description="Refuse to start without "
+                                          "encryption_key (N replicas must share one).")
 
     @model_validator(mode="after")
     def _key_when_required(self) -> ResponsesSettings:
@@ -290,103 +383,127 @@ class McpServerConfig(_Strict):
     """An MCP server the operator offers by label: a request names it with ``server_label``
     alone (``server_url`` may be left out) and never sees its headers."""
 
-    url: str
-    headers: dict[str, str] = {}
-    description: str | None = None
-    require_approval: Literal["always", "never"] | None = None  # None: what the request says
+    url: str = Field(description="The server's URL.")
+    headers: dict[str, str] = Field(default={}, description="HTTP headers sent to the server "
+                                                            "(credentials; never shown to requests).")
+    description: str | None = Field(default=None, description="What the server offers, for the model.")
+    require_approval: Literal["always", "never"] | None = Field(
+        default=None, description="Whether its calls need approval; unset: what the request says.")
 
 
 class McpSettings(_Strict):
-    # URL prefixes a request's own ``server_url`` may name (SSRF: the default names none)
-    allowed_urls: list[str] = []
-    # a name in allowed_urls that resolves to a loopback / private / link-local address is
-    # refused unless this says the operator's names are meant to be internal
-    allow_private_names: bool = False
-    servers: dict[str, McpServerConfig] = {}
-    # mcp tools one request may offer (a 400 array_above_max_length beyond); tools naming one
-    # server share its session, but each is listed and shown to the model
-    max_tools_per_request: int = Field(default=20, ge=1, le=1000)
+    """Hosted ``mcp`` tools: the servers a request may reach."""
+
+    allowed_urls: list[str] = Field(default=[], description="URL prefixes a request's own server_url "
+                                                            "may name (SSRF: the default names none).")
+    allow_private_names: bool = Field(default=False, description="Allow a name in allowed_urls that "
+                                      "resolves to a loopback, private or link-local address.")
+    servers: dict[str, McpServerConfig] = Field(default={}, description="Servers offered by label.")
+    max_tools_per_request: int = Field(default=20, ge=1, le=1000, description="mcp tools one request "
+                                       "may offer (beyond: 400 array_above_max_length); tools naming "
+                                       "one server share its session.")
 
 
 class WebSearchSettings(_Strict):
-    """``web_search`` (:mod:`app.tools.web`): an offline full-text index of the operator's documents
-    (:mod:`app.tools.search_index`).  Unset ``documents``: the tool is not run (see the README)."""
+    """``web_search`` (app/tools/web.py): an offline full-text index of the operator's documents,
+    an MCP server that searches, or a SearXNG instance. None set: the tool is not run."""
 
-    documents: str | None = None  # a JSONL file or a folder of .jsonl / .html / .md / .txt
-    index: str | None = None  # where the built index lives (default: the system's temp directory)
-    # or an MCP server that offers search (a label of [tools.mcp.servers]; app/tools/search_mcp.py)
-    mcp_server: str | None = None
-    mcp_search_tool: str = "search"  # called with {"query": ...}
-    mcp_open_tool: str | None = None  # called with {"url": ...}; unset: pages cannot be opened
-    mcp_external: bool = True  # whether it searches the live web (external_web_access: false refuses)
-    # or a SearXNG instance's JSON API (app/tools/search_searxng.py), e.g. http://searxng:8080
-    searxng_url: str | None = None
-    searxng_categories: str | None = None  # e.g. "general,it"
-    searxng_language: str | None = None  # e.g. "en"
-    searxng_timeout: float = Field(default=10.0, gt=0)
+    documents: str | None = Field(default=None, description="A JSONL file or a folder of .jsonl / "
+                                                            ".html / .md / .txt files to index.")
+    index: str | None = Field(default=None, description="Where the built index lives; default: the "
+                                                        "system's temporary directory.")
+    mcp_server: str | None = Field(default=None, description="Or an MCP server that searches: a label "
+                                                             "of [tools.mcp.servers].")
+    mcp_search_tool: str = Field(default="search", description="Its search tool, called with "
+                                                               "{\"query\": ...}.")
+    mcp_open_tool: str | None = Field(default=None, description="Its tool that opens a page, called with "
+                                      "{\"url\": ...}; unset: pages cannot be opened.")
+    mcp_external: bool = Field(default=True, description="Whether it searches the live web "
+                                                         "(external_web_access: false refuses it).")
+    searxng_url: str | None = Field(default=None, description="Or a SearXNG instance's JSON API, e.g. "
+                                                              "http://searxng:8080.")
+    searxng_categories: str | None = Field(default=None, description="SearXNG categories, e.g. "
+                                                                     "\"general,it\".")
+    searxng_language: str | None = Field(default=None, description="SearXNG language, e.g. \"en\".")
+    searxng_timeout: float = Field(default=10.0, gt=0, description="Seconds for one SearXNG query.")
 
 
 class CodeInterpreterSettings(_Strict):
-    """``code_interpreter`` (:mod:`app.tools.code`): the sandbox service (``ocm-gateway sandbox``).
-    Unset ``url``: the tool is not run (see the README)."""
+    """``code_interpreter`` (app/tools/code.py): the sandbox service (``ocm-gateway sandbox``).
+    Unset ``url``: the tool is not run."""
 
-    url: str | None = None  # e.g. http://sandbox:8090 (compose service)
-    token: str | None = None  # the sandbox's --token
-    timeout: float = Field(default=120.0, gt=0)  # one run, end to end (the sandbox stops it earlier)
+    url: str | None = Field(default=None, description="The sandbox's URL, e.g. http://sandbox:8090 "
+                                                      "(compose service).")
+    token: str | None = Field(default=None, description="The sandbox's --token.")
+    timeout: float = Field(default=120.0, gt=0, description="Seconds for one run, end to end (the "
+                                                            "sandbox stops it earlier).")
 
 
 class ToolSettings(_Strict):
     """The agentic loop of /v1/responses (hosted tools) and its bounds."""
 
-    max_rounds: int = Field(default=8, ge=1)  # generations per response when tools are run
-    deadline_seconds: float = Field(default=300.0, gt=0)  # wall clock per response with hosted tools
-    call_timeout: float = Field(default=60.0, gt=0)  # one tool call
-    connect_timeout: float = Field(default=10.0, gt=0)  # reaching and listing a tool server
-    max_parallel: int = Field(default=4, ge=1)  # hosted calls of one step run at once
-    max_output_chars: int = Field(default=32_768, ge=256)  # a tool's output as the model sees it
+    max_rounds: int = Field(default=8, ge=1, description="Generations per response when tools are run.")
+    deadline_seconds: float = Field(default=300.0, gt=0, description="Wall clock per response with "
+                                                                     "hosted tools.")
+    call_timeout: float = Field(default=60.0, gt=0, description="Seconds for one tool call.")
+    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to reach and list a tool "
+                                                                   "server.")
+    max_parallel: int = Field(default=4, ge=1, description="Hosted calls of one step run at once.")
+    max_output_chars: int = Field(default=32_768, ge=256, description="A tool's output as the model "
+                                                                      "sees it, in characters.")
     mcp: McpSettings = McpSettings()
     web_search: WebSearchSettings = WebSearchSettings()
     code_interpreter: CodeInterpreterSettings = CodeInterpreterSettings()
 
 
 class KnowledgeSettings(_Strict):
-    """Vector stores and ``file_search`` (:mod:`app.knowledge`): the embedding model and the
+    """Vector stores and ``file_search`` (app/knowledge): the embedding model and the
     background ingestion.  Unset ``embedding_model``: vectors cannot be made (the embedded
     quickstart sets one, all-MiniLM-L6-v2)."""
 
-    # a model of [models] whose backend serves embeddings (llama.cpp --embeddings, vLLM, Ollama,
-    # any OpenAI-compatible server); a vector store keeps the model it was made with, and is
-    # refused (409 embedding_model_changed) once another one is configured
-    embedding_model: str | None = None
-    embedding_dimensions: int | None = Field(default=None, ge=1, le=65_536)  # Matryoshka models
-    embedding_batch: int = Field(default=32, ge=1, le=2048)  # texts per upstream request
-    # the longest text the model embeds, in its own tokens: chunks are capped to it (OpenAI's
-    # `auto` 800 / 400 becomes at most this / half); all-MiniLM-L6-v2: 256 (512 positions)
-    max_input_tokens: int = Field(default=512, ge=16, le=1_000_000)
-    ingest_concurrency: int = Field(default=1, ge=1, le=64)  # files embedded at once per replica
-    ingest_poll_seconds: float = Field(default=1.0, gt=0, le=3600)  # how often the job queue is read
-    # a claimed job untouched this long (its replica died) is claimed again by another
-    ingest_lease_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    embedding_model: str | None = Field(default=None, description=(
+        "A model of [models] whose backend serves embeddings. A vector store keeps the model it was "
+        "made with, and is refused (409 embedding_model_changed) once another one is configured."))
+    embedding_dimensions: int | None = Field(default=None, ge=1, le=65_536, description="Dimensions "
+                                             "asked of the model (Matryoshka models); unset: its own.")
+    embedding_batch: int = Field(default=32, ge=1, le=2048, description="Texts per upstream request.")
+    max_input_tokens: int = Field(default=512, ge=16, le=1_000_000, description=(
+        "The longest text the model embeds, in its tokens: chunks are capped to it (OpenAI's auto "
+        "800 / 400 becomes at most this / half); all-MiniLM-L6-v2: 256."))
+    ingest_concurrency: int = Field(default=1, ge=1, le=64, description="Files embedded at once per "
+                                                                        "replica.")
+    ingest_poll_seconds: float = Field(default=1.0, gt=0, le=3600, description="How often the job "
+                                                                               "queue is read.")
+    ingest_lease_seconds: float = Field(default=300.0, gt=0, le=86_400, description="A claimed job "
+                                        "untouched this long (its replica died) is claimed again.")
 
 
 class RedisSettings(_Strict):
-    """Shared coordination of N replicas (app/http/counters.py): per-key limits counted in Redis."""
+    """Shared coordination of N replicas (app/http/counters.py): per-key limits counted in Redis,
+    cancels and cooldowns published, background runs followed live from any replica."""
 
-    url: str | None = Field(default=None, pattern=r"^rediss?://")  # None: this process counts
-    on_failure: Literal["open", "closed"] = "open"  # Redis unreachable: admit uncounted, or 503
-    lease_seconds: float = Field(default=900.0, gt=0)  # a dead replica's concurrency slots free after
+    url: str | None = Field(default=None, pattern=r"^rediss?://", description="redis://host:6379/0; "
+                            "unset: this process counts alone.")
+    on_failure: Literal["open", "closed"] = Field(default="open", description="Redis unreachable: admit "
+                                                  "uncounted (open) or answer 503 (closed).")
+    lease_seconds: float = Field(default=900.0, gt=0, description="A dead replica's concurrency slots "
+                                                                  "are freed after this long.")
 
 
 class AuthSettings(_Strict):
-    keys: list[ApiKey] = []  # empty (and no admin key): no authentication
-    # keys created through /admin/keys live in the store; a replica holds what it read about
-    # one (found, revoked, unknown) at most this long
-    key_cache_seconds: float = Field(default=5.0, ge=0, le=60)
+    """API keys for the model APIs. No keys and no admin key: authentication is off."""
+
+    keys: list[ApiKey] = Field(default=[], description="Keys of the file, each a [[auth.keys]] table.")
+    key_cache_seconds: float = Field(default=5.0, ge=0, le=60, description=(
+        "Keys created through /admin/keys live in the store; a replica holds what it read about one "
+        "(found, revoked, unknown) at most this long."))
 
 
 class GatewayConfig(_Strict):
-    host: str = "127.0.0.1"
-    port: int = 8000
+    """The gateway's configuration: the top-level keys and one table per section."""
+
+    host: str = Field(default="127.0.0.1", description="The address to listen on.")
+    port: int = Field(default=8000, description="The port to listen on.")
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     files: FilesSettings = FilesSettings()
@@ -401,12 +518,15 @@ class GatewayConfig(_Strict):
     redis: RedisSettings = RedisSettings()
     admin: AdminSettings = AdminSettings()
     usage: UsageSettings = UsageSettings()
-    default_model: str | None = None  # for /invocations bodies without "model"
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # in-flight streams get this long
-    models: dict[str, ModelConfig] = {}
-    # other names of models, alias -> model (Claude Code asks for "claude-sonnet-4-5", ...):
-    # resolved by the Messages API (/v1/messages) before the key's allow-list and the route
-    aliases: dict[str, str] = {}
+    default_model: str | None = Field(default=None, description="The model of /invocations bodies "
+                                                                "without \"model\".")
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0, description="On SIGTERM, in-flight "
+                                                                          "streams get this long to finish.")
+    models: dict[str, ModelConfig] = Field(default={}, description="The models served, by the name "
+                                                                   "clients ask for.")
+    aliases: dict[str, str] = Field(default={}, description=(
+        "Other names of models, alias → model (Claude Code asks for \"claude-sonnet-4-5\", ...): "
+        "resolved by the Messages API before the key's allow-list and the route."))
 
     @model_validator(mode="after")
     def _aliases_name_models(self) -> GatewayConfig:

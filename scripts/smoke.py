@@ -6,9 +6,13 @@ Outside the test venv and with the standard library only, on a copy of the worki
 1. README: the quickstart command (the first ``sh`` block under "## Two commands") in a new
    venv, exactly as written: its install steps, then its ``ocm-gateway serve`` in the
    background; wait for ``/health``; every ``sh`` block and the Python SDK example under
-   "## Use it" (the SDK in a venv of its own with only ``openai``); each answer must be 200,
+   "## Use it" (the SDK in a venv of its own with only what that section's ``pip install``
+   blocks install); each answer must be 200,
    well formed and non-empty; then SIGTERM and a clean exit.
-2. Dockerfile, both images: the ``RUN`` lines of the stages that build each one's venv, with
+2. The documentation site's Getting-started page (docs/getting-started.md), on its own copy of
+   the tree: its quickstart the same way, every request under "## First requests", and its
+   Python examples in a new venv holding only what the page's ``pip install`` blocks install.
+3. Dockerfile, both images: the ``RUN`` lines of the stages that build each one's venv, with
    ``/opt/...`` mapped into a temporary folder. The default target (the gateway alone): its
    install line (``pip install .`` and the vocabulary bake), then ``import app.main``,
    ``ocm-gateway --help``, ``ocm-gateway template analyze``, and its entrypoint with its
@@ -19,8 +23,9 @@ Outside the test venv and with the standard library only, on a copy of the worki
    way, where the embedded model must also answer, and the embedding model (served beside it
    when its weights are installed) must embed and refuse a chat request (400).
 
-Commands are read from README.md and the Dockerfile, never copied here: when they change,
-the smoke follows. Prints one timing line per phase; exits non-zero on the first failure.
+Commands are read from README.md, the Getting-started page and the Dockerfile, never copied
+here: when they change, the smoke follows. Prints one timing line per phase; exits non-zero on
+the first failure.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", ".pytest_cache",
+IGNORE = shutil.ignore_patterns(".venv", ".git", ".cache", "__pycache__", "*.egg-info", ".pytest_cache",
                                 ".mypy_cache", ".ruff_cache", ".hypothesis", "build", "dist")
 TIMINGS: list[tuple[str, float]] = []
 # The quickstart's embedding model (app/cli/embedded.py EMBEDDING_MODELS): served beside the
@@ -65,7 +70,7 @@ def timed(label: str, start: float) -> None:
 
 # --- reading the README and the Dockerfile -----------------------------------------------------
 
-def section(markdown: str, title: str, level: int = 2) -> str:
+def section(markdown: str, title: str, level: int = 2, name: str = "README.md") -> str:
     """The text under ``## title`` up to the next heading of the same level or higher; with
     ``level=3`` stop at its first subsection too (``#`` lines inside code blocks are not
     headings)."""
@@ -80,7 +85,7 @@ def section(markdown: str, title: str, level: int = 2) -> str:
         if inside:
             out.append(line)
         inside = inside or line.rstrip("\n") == f"## {title}"
-    check(inside, f"README.md has no '## {title}' section")
+    check(inside, f"{name} has no '## {title}' section")
     return "".join(out)
 
 
@@ -297,8 +302,12 @@ def readme_phase(work: Path, base_env: dict[str, str]) -> None:
     env = clean_env(**base_env)
     sh(" && ".join(steps), work, env, "README quickstart install")
     first_use = section(readme, "Use it", level=3)  # the quickstart's examples, before "### ..."
-    curls, pythons = fenced_blocks(first_use, "sh"), fenced_blocks(first_use, "python")
+    blocks = fenced_blocks(first_use, "sh")
+    installs = [b.strip() for b in blocks if b.startswith("pip install ")]
+    curls = [b for b in blocks if not b.startswith("pip install ")]
+    pythons = fenced_blocks(first_use, "python")
     check(curls and pythons, "README '## Use it' has a curl and a Python example")
+    check(installs, "README '## Use it' must say what to pip install for its Python example")
     check("8000" in first_use, "README '## Use it' talks to port 8000")
     check(port_free(8000), "port 8000 is busy: the README's gateway cannot start")
     start = time.monotonic()
@@ -312,8 +321,9 @@ def readme_phase(work: Path, base_env: dict[str, str]) -> None:
             check(text.strip(), f"curl example {i + 1}: the answer is empty")
             print(f"smoke:   answer: {text.strip()[:120]!r}")
         sdk = work / "sdk-venv"
-        sh(f"{shlex.quote(sys.executable)} -m venv {sdk} && {sdk}/bin/pip install --quiet openai",
-           work, env, "SDK venv (openai only)")
+        sh(" && ".join([f"{shlex.quote(sys.executable)} -m venv {sdk}"]
+                       + [f"{sdk}/bin/{line} --quiet" for line in installs]),
+           work, env, "SDK venv (what the README installs)")
         for i, code in enumerate(pythons):
             (work / f"example{i}.py").write_text(code)
             out = sh(f"{sdk}/bin/python example{i}.py", work, env, f"README Python example {i + 1}")
@@ -427,8 +437,87 @@ def docker_phase(work: Path, base_env: dict[str, str]) -> None:
     run_image(quick, work, env, venv, cache, embedded=quick.cmd[1], embedding=EMBEDDING_MODEL)
 
 
+# --- the documentation site's Getting-started page ---------------------------------------------
+
+GETTING_STARTED = "docs/getting-started.md"
+PIP_INSTALL = re.compile(r"^(?:python3? -m )?pip install \S")
+
+
+@dataclass
+class PageExamples:
+    """What a reader of the Getting-started page runs: the quickstart's install steps and its
+    ``ocm-gateway serve``; then the requests (``sh`` blocks), the ``pip install`` blocks that
+    bring what the Python examples import, and the Python examples."""
+
+    steps: list[str]
+    serve: str
+    requests: list[str]
+    installs: list[str]
+    pythons: list[str]
+
+
+def page_examples(markdown: str, name: str = GETTING_STARTED) -> PageExamples:
+    """The first ``sh`` block under "## Two commands" (steps joined by ``&&``, the last one
+    starting the gateway) and the blocks under "## First requests", its subsections included:
+    an ``sh`` block whose every line is a ``pip install`` is an install, any other a request."""
+    quick = fenced_blocks(section(markdown, "Two commands", name=name), "sh")
+    check(quick, f"{name}: no sh block under '## Two commands'")
+    command = re.sub(r"\\\n\s*", " ", quick[0]).strip()  # continuation lines joined
+    steps = [s.strip() for s in command.split("&&")]
+    serve = steps.pop()
+    check("ocm-gateway serve" in serve, f"{name}: the quickstart must end by starting the gateway: {serve!r}")
+    first = section(markdown, "First requests", name=name)
+    check("8000" in first, f"{name} '## First requests' talks to port 8000")
+    blocks = fenced_blocks(first, "sh")
+    installs = [b.strip() for b in blocks
+                if all(PIP_INSTALL.match(line) for line in b.strip().splitlines())]
+    requests = [b for b in blocks if b.strip() not in installs]
+    pythons = fenced_blocks(first, "python")
+    check(requests and pythons, f"{name} '## First requests' has a request and a Python example")
+    check(installs, f"{name} '## First requests' must say what to pip install for its Python examples")
+    return PageExamples(steps, serve, requests, installs, pythons)
+
+
+def site_phase(work: Path, base_env: dict[str, str]) -> None:
+    """The Getting-started page as a reader follows it: its quickstart in a new venv (the
+    README phase's ``.venv`` in the copy of the tree is removed first), each request (a 200
+    with a non-empty answer), then its Python examples in another new venv holding only what
+    the page's ``pip install`` lines install (run as written, with that venv first on PATH)."""
+    shutil.rmtree(work / ".venv", ignore_errors=True)
+    page = page_examples((work / GETTING_STARTED).read_text())
+    env = clean_env(**base_env)
+    sh(" && ".join(page.steps), work, env, "Getting started: quickstart install")
+    check(port_free(8000), "port 8000 is busy: the page's gateway cannot start")
+    start = time.monotonic()
+    server = Server(shlex.split(page.serve), work, env, work / "getting-started.log")
+    try:
+        server.wait_healthy("http://127.0.0.1:8000", timeout=300)
+        timed("Getting started: model load to /health", start)
+        for i, command in enumerate(page.requests):
+            label = f"Getting started: request {i + 1}"
+            text = answer_text(sh(command, work, env, label), label)
+            check(text.strip(), f"{label}: the answer is empty")
+            print(f"smoke:   answer: {text.strip()[:120]!r}")
+        sdk = work / "reader-venv"
+        sh(f"{shlex.quote(sys.executable)} -m venv {sdk}", work, env, "Getting started: a reader's venv")
+        reader = {**env, "VIRTUAL_ENV": str(sdk), "PATH": f"{sdk}/bin{os.pathsep}{env['PATH']}"}
+        for command in page.installs:
+            sh(command, work, reader, f"Getting started: {command}")
+        for i, code in enumerate(page.pythons):
+            (work / f"page_example{i}.py").write_text(code)
+            label = f"Getting started: Python example {i + 1}"
+            out = sh(f"python page_example{i}.py", work, reader, label)
+            check(out.strip(), f"{label} printed nothing")
+            print(f"smoke:   answer: {out.strip()[:120]!r}")
+        start = time.monotonic()
+        server.stop()
+        timed("Getting started: SIGTERM to clean exit", start)
+    finally:
+        server.kill()
+
+
 def main() -> int:
-    only = sys.argv[1:] or ["readme", "docker"]
+    only = sys.argv[1:] or ["readme", "site", "docker"]
     with tempfile.TemporaryDirectory(prefix="ocm-smoke-") as tmp:
         work = Path(tmp) / "ocm-gateway"
         shutil.copytree(ROOT, work, ignore=IGNORE)
@@ -437,6 +526,8 @@ def main() -> int:
         try:
             if "readme" in only:
                 readme_phase(work, base_env)
+            if "site" in only:
+                site_phase(work, base_env)
             if "docker" in only:
                 docker_phase(work, base_env)
         except (SmokeFailure, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as exc:

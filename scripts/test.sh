@@ -3,6 +3,13 @@
 # (unit tests + integration tests against a real llama.cpp server from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No silent stop under `set -e`: the command that failed is named.
+trap 'echo "test.sh: stopped: \`$BASH_COMMAND\` failed (exit $?, line $LINENO)" >&2' ERR
+# Node/npm, bubblewrap, PostgreSQL, Redis, Chromium + chromedriver, docker-compose: each missing one
+# is named with its Debian package, and installed with apt-get where this may (scripts/prereqs.sh).
+# shellcheck source=scripts/prereqs.sh
+. scripts/prereqs.sh
+check_prerequisites || exit 1
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip

@@ -1,4 +1,4 @@
-"""The package's layers, as the README's architecture section draws them, checked on the
+"""The package's layers, as docs/architecture.md draws them, checked on the
 source: each layer imports only the ones below it (``TYPE_CHECKING`` imports aside), and the
 Responses and Conversations APIs share their item logic through ``app/items``, never by
 importing each other both ways.  A new upward import fails here, naming the file and line."""
