@@ -68,7 +68,8 @@ _FILE_DELETED: Json = {"type": "object", "required": ["id", "object", "deleted"]
                        "properties": {"id": {"type": "string"}, "object": {"const": "file"},
                                       "deleted": {"const": True}}}
 _SSE: Json = {"text/event-stream": {"schema": {"type": "string", "description": (
-    "Server-sent events, one JSON payload per `data:` line, ending with `data: [DONE]` (see README).")}}}
+    "Server-sent events, one JSON payload per `data:` line, ending with `data: [DONE]` "
+    "(see docs/api/chat-completions.md).")}}}
 _OK: dict[tuple[str, str], Json] = {
     ("/v1/chat/completions", "post"): {"application/json": {"schema": _CHAT_COMPLETION}, **_SSE},
     ("/invocations", "post"): {"application/json": {"schema": _CHAT_COMPLETION},

@@ -10,7 +10,7 @@ names it parses, so nothing is silently dropped:
 * otherwise ``[responses] event_dialect`` (``auto`` by default): ``auto`` answers the
   clients known to parse OpenAI's names in them, and everything else, the Open Responses
   compliance suite and raw HTTP clients included, in the spec's.  Known, by what they send
-  (measured; the README has the table): OpenAI's SDKs and everything built on them (the
+  (measured; docs/api/responses.md has the table): OpenAI's SDKs and everything built on them (the
   Agents SDK, pydantic-ai, LangChain, instructor) send ``x-stainless-*`` headers and an
   ``OpenAI/...`` user agent; the Codex CLI sends ``originator: codex_exec`` (or
   ``codex_cli_rs``) and a ``codex_...`` user agent; litellm's own HTTP client a

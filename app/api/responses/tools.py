@@ -9,7 +9,7 @@
 * ``custom`` (freeform input) → a function taking ``{"input": string}``; its description tells
   the model the grammar when ``format`` has one.  The call comes back as a
   ``custom_tool_call`` item whose ``input`` is that string.  The grammar is shown to the
-  model, not enforced by the backend (a documented gap; see the README).
+  model, not enforced by the backend (a documented gap: docs/api/responses.md).
 * ``mcp``: run by the gateway (:mod:`app.api.responses.hosted`, :mod:`app.tools.mcp`); its
   tools reach the model like a namespace's.
 * ``web_search`` / ``web_search_preview`` when the operator configured a search provider
