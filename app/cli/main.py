@@ -22,7 +22,7 @@ from app.cli import embedded
 from app.cli.errors import config_problem
 from app.cli.parser import build_parser, subparsers
 from app.config import load_config
-from app.http.server import GuardedH11Protocol
+from app.http.server import MAX_HEAD, protocol_class
 from app.http.ws_protocol import GracefulWebSocketProtocol
 
 
@@ -81,9 +81,10 @@ def _serve(args: argparse.Namespace) -> int:
         lifespan="on",
         loop=args.loop,  # "auto": uvloop when installed (measured no faster here: not a dependency)
         timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds) + 10,
-        http=GuardedH11Protocol,  # request heads have a deadline, open connections a cap
+        # [http] protocol: request heads have a deadline and a size limit, open connections a cap
+        http=protocol_class(cfg.http.protocol),
         ws=GracefulWebSocketProtocol,  # on SIGTERM a socket's response ends before the 1012 close
-        h11_max_incomplete_event_size=64 * 1024,  # request head size
+        h11_max_incomplete_event_size=MAX_HEAD,  # request head size (h11; counted for httptools)
     )
     return 0
 

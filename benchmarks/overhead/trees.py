@@ -1,5 +1,9 @@
-"""Gateway source trees (``--tree LABEL=PATH``): their entry point, environment and commit; and
-the uvicorn worker count a gateway of that tree runs with (``--workers N``)."""
+"""Gateway source trees (``--tree LABEL=PATH[,NAME=VALUE...]``): their entry point, environment
+and commit; and the uvicorn worker count a gateway of that tree runs with (``--workers N``).
+
+``NAME=VALUE`` pairs after the path are environment variables of that tree's processes, e.g.
+gateway settings: ``--tree a=.,OCMGW__http__protocol=h11 --tree b=.,OCMGW__http__protocol=httptools``
+compares two settings of one tree."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class Tree:
     entry: str
     workers: int = 1
     nodelay: bool = False
+    env: tuple[tuple[str, str], ...] = ()
 
     def with_workers(self, workers: int, nodelay: bool = False) -> Tree:
         """The same tree run with ``workers`` worker processes, labelled ``LABEL-wN[-nodelay]``."""
@@ -47,7 +52,7 @@ def tree_env(tree: Tree) -> dict[str, str]:
     ``tree`` first on the import path (ahead of the venv's editable install, if any)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
     env["PYTHONPATH"] = str(tree.path)
-    return env
+    return env | dict(tree.env)
 
 
 def git_commit(path: Path) -> str:
@@ -63,11 +68,15 @@ def git_commit(path: Path) -> str:
 
 
 def parse_tree(value: str) -> Tree:
-    """``--tree LABEL=PATH``: a gateway source tree (with an ``ocm-gateway`` entry point)."""
-    label, sep, path = value.partition("=")
-    if not sep or not label or not path:
-        raise argparse.ArgumentTypeError(f"expected LABEL=PATH, got {value!r}")
+    """``--tree LABEL=PATH[,NAME=VALUE...]``: a gateway source tree (with an ``ocm-gateway``
+    entry point), and environment variables for its processes."""
+    label, sep, rest = value.partition("=")
+    path, *pairs = rest.split(",")
+    env = [pair.partition("=") for pair in pairs]
+    if not sep or not label or not path or any(not name or not eq for name, eq, _ in env):
+        raise argparse.ArgumentTypeError(f"expected LABEL=PATH[,NAME=VALUE...], got {value!r}")
     try:
-        return Tree.at(label, Path(path).expanduser().resolve())
+        tree = Tree.at(label, Path(path).expanduser().resolve())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    return replace(tree, env=tuple((name, val) for name, _, val in env))

@@ -15,7 +15,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection
 
 from app.config import GatewayConfig
-from app.http.server import GuardedH11Protocol
+from app.http.server import MAX_HEAD, Protocol, protocol_class
 from app.http.ws_protocol import GracefulWebSocketProtocol
 from app.main import create_app
 from tests.support.gateway import MODEL, config
@@ -27,11 +27,15 @@ Json = dict[str, Any]
 
 @asynccontextmanager
 async def served(upstream: httpx.AsyncBaseTransport, cfg: GatewayConfig | None = None,
-                 ) -> AsyncIterator[str]:
-    """The gateway in a real uvicorn server on a free loopback port; yields its base URL."""
-    app = create_app(cfg or config(), transport=upstream)
+                 protocol: Protocol | None = None) -> AsyncIterator[str]:
+    """The gateway in a real uvicorn server on a free loopback port (``protocol``: the HTTP
+    protocol, default the config's ``[http] protocol``); yields its base URL."""
+    cfg = cfg or config()
+    app = create_app(cfg, transport=upstream)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=GuardedH11Protocol,
+    http = protocol_class(protocol or cfg.http.protocol)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=http,
+                                           h11_max_incomplete_event_size=MAX_HEAD,
                                            ws=GracefulWebSocketProtocol, lifespan="on",
                                            log_level="warning"))
     task = asyncio.get_running_loop().create_task(server.serve())

@@ -1,6 +1,7 @@
-"""Slow clients cannot hold the gateway's connections (the real ``ocm-gateway serve``): a
-request head must arrive within ``header_timeout``, a body within ``body_timeout`` (408), a
-connection that sends nothing is closed, and open connections are capped."""
+"""Slow clients cannot hold the gateway's connections (the real ``ocm-gateway serve``, with
+each ``[http] protocol``): a request head must arrive within ``header_timeout``, a body within
+``body_timeout`` (408), a connection that sends nothing is closed, and open connections are
+capped."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from tests.support.gateway import MODEL
 from tests.support.process import gateway_process
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("protocol", ["h11", "httptools"])]
 UPSTREAM = "http://127.0.0.1:9"  # never reached: nothing here gets that far
 
 
@@ -31,8 +32,9 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> tuple[
     return time.monotonic() - t0, data
 
 
-async def test_silent_and_dribbling_connections_are_closed() -> None:
-    with gateway_process(UPSTREAM, MODEL, limits__header_timeout=1, limits__body_timeout=1) as gw:
+async def test_silent_and_dribbling_connections_are_closed(protocol: str) -> None:
+    with gateway_process(UPSTREAM, MODEL, limits__header_timeout=1, limits__body_timeout=1,
+                         http__protocol=protocol) as gw:
         silent_reader, _ = await _open(gw)
         dribble_reader, dribble = await _open(gw)
         head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
@@ -62,8 +64,9 @@ async def test_silent_and_dribbling_connections_are_closed() -> None:
             assert (await c.get("/health")).status_code == 200
 
 
-async def test_a_body_shorter_than_its_content_length_is_a_408() -> None:
-    with gateway_process(UPSTREAM, MODEL, limits__header_timeout=1, limits__body_timeout=1) as gw:
+async def test_a_body_shorter_than_its_content_length_is_a_408(protocol: str) -> None:
+    with gateway_process(UPSTREAM, MODEL, limits__header_timeout=1, limits__body_timeout=1,
+                         http__protocol=protocol) as gw:
         reader, writer = await _open(gw)
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
                      b"content-length: 100\r\n\r\n{\"model\":")
@@ -74,8 +77,9 @@ async def test_a_body_shorter_than_its_content_length_is_a_408() -> None:
         writer.close()
 
 
-async def test_open_connections_are_capped() -> None:
-    with gateway_process(UPSTREAM, MODEL, limits__max_connections=5, limits__header_timeout=30) as gw:
+async def test_open_connections_are_capped(protocol: str) -> None:
+    with gateway_process(UPSTREAM, MODEL, limits__max_connections=5, limits__header_timeout=30,
+                         http__protocol=protocol) as gw:
         held = [await _open(gw) for _ in range(5)]  # five idle connections: the cap
         await asyncio.sleep(0.2)
         reader, writer = await _open(gw)
