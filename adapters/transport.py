@@ -1,7 +1,8 @@
 """The one HTTP stream transport under every backend, and the dialect seam.
 
 :class:`HttpBackend` owns everything that is the same for every server: the replica
-pool and failover (:mod:`adapters.routing`), the POST and its framing (SSE or NDJSON
+pool and failover (:mod:`adapters.routing`), the POST (on the thin client of
+:mod:`adapters.upstream`; the other calls on the httpx client) and its framing (SSE or NDJSON
 decoders chosen from :data:`DECODERS`), error mapping hooks, draining a finished body so
 its connection is reused, closing the upstream response the moment the consumer stops
 (a client disconnect cancels the generation), readiness and context-window discovery
@@ -25,6 +26,7 @@ from adapters.base import Capabilities, ErrorMapper, WindowCache, status_error, 
 from adapters.ndjson import NDJSONDecoder
 from adapters.routing import ReplicaPool, RetryPolicy, failover
 from adapters.sse import SSEDecoder
+from adapters.upstream import upstream_for
 from app.core import tracing
 from app.core.conversation import GenerationParams
 from app.core.errors import GatewayError, UpstreamError
@@ -133,7 +135,9 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
                       ) -> AsyncIterator[dict[str, Any]]:
     """POST ``body`` as JSON and yield each event of the streamed answer as a JSON object.
 
-    Non-200 answers (mapped by ``errors``) and transport failures raise typed gateway
+    The POST runs on the client's thin upstream client (:mod:`adapters.upstream`: aiohttp
+    on the pooled connection in production, httpx for any other client).  Non-200 answers
+    (mapped by ``errors``) and transport failures raise typed gateway
     errors; SSE's ``[DONE]`` is skipped.  Leaving the iteration early closes the upstream
     response (and with it the connection), which is how a client disconnect cancels the
     generation.  ``is_last`` recognises the server's final event: the rest of the body
@@ -152,7 +156,7 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
             "ocm.upstream": label}, kind="CLIENT")
         tracing.inject(sent, span)
     try:
-        async with client.stream("POST", url, content=orjson.dumps(body), headers=sent) as response:
+        async with upstream_for(client).stream(url, orjson.dumps(body), sent) as response:
             if span is not None:
                 span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code != 200:

@@ -14,7 +14,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from adapters.aiohttp_transport import AiohttpTransport
+from adapters.upstream import PooledClient
 from app.api.admin import console
 from app.api.admin import keys as admin_keys
 from app.api.admin import ops as admin_ops
@@ -70,12 +70,10 @@ def create_app(config: GatewayConfig | None = None,
         up = cfg.upstream
         limits = httpx.Limits(max_connections=up.max_connections,
                               max_keepalive_connections=up.max_connections)
-        client = httpx.AsyncClient(
-            transport=transport or AiohttpTransport(limits),  # tests: an httpx MockTransport
-            timeout=httpx.Timeout(connect=up.connect_timeout, read=up.read_timeout,
-                                  write=up.connect_timeout, pool=up.connect_timeout),
-            limits=limits,
-        )
+        timeout = httpx.Timeout(connect=up.connect_timeout, read=up.read_timeout,
+                                write=up.connect_timeout, pool=up.connect_timeout)
+        client = (PooledClient(limits, timeout) if transport is None  # aiohttp, adapters/upstream.py
+                  else httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits))
         registry = Registry(cfg, client, admission)
         registry.created = int(time.time())
         app.state.metrics.watch_admission(admission)
