@@ -178,10 +178,12 @@ class Registry:
 
     def with_defaults(self, model: str, params: GenerationParams) -> GenerationParams:
         d = self.config.models[model].defaults
-        return replace(
-            params,
-            temperature=params.temperature if params.temperature is not None else d.temperature,
-            top_p=params.top_p if params.top_p is not None else d.top_p,
-            max_tokens=params.max_tokens if params.max_tokens is not None else d.max_tokens,
-            reasoning_effort=params.reasoning_effort or d.reasoning_effort,
-        )
+        temperature = params.temperature if params.temperature is not None else d.temperature
+        top_p = params.top_p if params.top_p is not None else d.top_p
+        max_tokens = params.max_tokens if params.max_tokens is not None else d.max_tokens
+        effort = params.reasoning_effort or d.reasoning_effort
+        if temperature is params.temperature and top_p is params.top_p \
+                and max_tokens is params.max_tokens and effort is params.reasoning_effort:
+            return params  # nothing to fill in (a replace() costs ~6 µs a request)
+        return replace(params, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                       reasoning_effort=effort)

@@ -1,6 +1,6 @@
 """The overhead benchmark's command line: ``python -m benchmarks.overhead [--quick] [--json FILE]
 [--tree A=PATH --tree B=PATH ...] [--workers N] [--litellm] [--stream-passthrough] [--responses]
-[--messages]
+[--responses-store] [--messages]
 [--sweep]``
 (see the package docstring).
 
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and stream; creates benchmarks/.venvs/litellm on first use)")
     parser.add_argument("--responses", action="store_true",
                         help="also measure /v1/responses (non-stream and stream) on the Harmony model")
+    parser.add_argument("--responses-store", action="store_true",
+                        help="also measure /v1/responses with store: true (non-stream and stream)")
     parser.add_argument("--messages", action="store_true",
                         help="also measure /v1/messages (non-stream and stream) on the Harmony model")
     parser.add_argument("--stream-passthrough", action="store_true",
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
               for nodelay in ((False, True) if args.workers_nodelay else (False,))]
     if len({t.label for t in trees}) != len(trees):
         parser.error("--tree labels must differ (and --workers counts)")
-    targets = select_targets(args.stream_passthrough, args.litellm, args.responses, args.messages)
+    targets = select_targets(args.stream_passthrough, args.litellm, args.responses, args.messages,
+                             args.responses_store)
     ab = len(trees) > 1
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(ROOT), "cpus": os.cpu_count(),

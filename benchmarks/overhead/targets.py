@@ -32,6 +32,7 @@ class Target:
     baseline: str | None = None
     # "chat": /v1/chat/completions; "responses": /v1/responses (store false); "messages": /v1/messages
     api: str = "chat"
+    store: bool = False  # /v1/responses with store: true (the API's default)
 
     def body(self, prompt_ids: list[int]) -> bytes:
         """The request; ``prompt_ids``: the Harmony prompt as the gateway renders it (for the
@@ -41,7 +42,7 @@ class Target:
                                  "cache_prompt": True, "n_predict": -1})
         payload: dict[str, Any] = {"model": self.model, "messages": MESSAGES}
         if self.api == "responses":
-            payload = {"model": self.model, "input": MESSAGES, "store": False}
+            payload = {"model": self.model, "input": MESSAGES, "store": self.store}
         elif self.api == "messages":  # Anthropic's: max_tokens is required
             payload = {"model": self.model, "messages": MESSAGES, "max_tokens": 1024}
         if self.stream:
@@ -92,6 +93,13 @@ RESPONSES_TARGETS = (
     Target("responses_stream", "gateway → llama.cpp, /v1/responses, stream", "gateway", HARMONY_MODEL,
            True, "llamacpp", "direct_llamacpp", "responses"),
 )
+# --responses-store: the same through /v1/responses with store: true (one stored response a request)
+RESPONSES_STORE_TARGETS = (
+    Target("responses_store", "gateway → llama.cpp, /v1/responses store, non-stream", "gateway",
+           HARMONY_MODEL, False, "llamacpp", "direct_llamacpp", "responses", store=True),
+    Target("responses_store_stream", "gateway → llama.cpp, /v1/responses store, stream", "gateway",
+           HARMONY_MODEL, True, "llamacpp", "direct_llamacpp", "responses", store=True),
+)
 # --messages: the same Harmony answer through Anthropic's /v1/messages (the third front-end)
 MESSAGES_TARGETS = (
     Target("messages", "gateway → llama.cpp, /v1/messages, non-stream", "gateway", HARMONY_MODEL,
@@ -100,17 +108,19 @@ MESSAGES_TARGETS = (
            True, "llamacpp", "direct_llamacpp", "messages"),
 )
 ALL_TARGETS = {t.name: t for t in (*TARGETS, *STREAM_TARGETS, *LITELLM_TARGETS, *RESPONSES_TARGETS,
-                                   *MESSAGES_TARGETS)}
+                                   *RESPONSES_STORE_TARGETS, *MESSAGES_TARGETS)}
 # gateway target -> the LiteLLM target sent the same request (compared side by side)
 LITELLM_PAIRS = (("passthrough", "litellm"), ("passthrough_stream", "litellm_stream"))
 
 
 def select_targets(stream_passthrough: bool, litellm: bool, responses: bool = False,
-                   messages: bool = False) -> tuple[Target, ...]:
+                   messages: bool = False, responses_store: bool = False) -> tuple[Target, ...]:
     """The measured targets: the default five, plus the streaming passthrough pair (implied by
-    ``litellm``), plus the LiteLLM targets, plus the /v1/responses and /v1/messages pairs."""
+    ``litellm``), plus the LiteLLM targets, plus the /v1/responses pairs (``store`` false, and
+    true) and the /v1/messages pair."""
     return (*TARGETS, *(STREAM_TARGETS if stream_passthrough or litellm else ()),
             *(LITELLM_TARGETS if litellm else ()), *(RESPONSES_TARGETS if responses else ()),
+            *(RESPONSES_STORE_TARGETS if responses_store else ()),
             *(MESSAGES_TARGETS if messages else ()))
 
 
