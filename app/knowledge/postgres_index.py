@@ -16,11 +16,14 @@ index, English stemming) for the keyword ranking.
   walks the HNSW index with pgvector's iterative scan (0.8+: the scan goes on until enough
   rows pass the stores and the filter) and, if that still finds fewer than it asked for,
   falls back to the exact scan, so filters never lose results to the index.
-* **Keyword**: the query's words (:func:`app.knowledge.sqlite_index.keyword_terms`) OR-ed in a
-  ``to_tsquery`` (each word quoted; no user text is query syntax), ranked by the sum over the
-  words of their BM25 idf (document frequencies over the whole table, cached) times
-  ``ts_rank`` (``ts_rank`` alone has no idf: on Cranfield it made the hybrid ranking no better
-  than the vector one; docs/knowledge.md).
+* **Keyword**: the query's words (:func:`app.knowledge.keywords.keyword_terms`, each a
+  ``plainto_tsquery``: no user text is query syntax), those in a large share of the chunks
+  left out (:func:`app.knowledge.keywords.selective`), ranked by the sum over the words a chunk
+  holds of their BM25 idf times ``ts_rank`` (``ts_rank`` alone has no idf: on Cranfield it made
+  the hybrid ranking no better than the vector one; docs/knowledge.md).  The document
+  frequencies are those of the searched stores only (counted per store, cached), so another
+  tenant's uploads move no score.  The vector and the keyword rankings run at once, on two
+  connections.
 * Filters are :func:`app.knowledge.filters.postgres_where` over the ``attributes`` jsonb.
   Failures of the server are 503 ``store_unavailable`` (:func:`app.stores.postgres.guard`).
 """
@@ -28,7 +31,6 @@ index, English stemming) for the keyword ranking.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,14 +41,13 @@ import orjson
 from app.core.errors import GatewayError
 from app.knowledge import ranking
 from app.knowledge.filters import postgres_where
+from app.knowledge.keywords import idf, keyword_terms, selective
 from app.knowledge.matrix import as_unit
-from app.knowledge.sqlite_index import keyword_terms
 from app.knowledge.vectors import Attributes, Chunk, Hit, Query
 from app.stores.postgres import guard
 
 EXACT_ROWS = 10_000
 IDF_TTL = 300.0  # seconds a word's document frequency is reused
-COMMON_SHARE, COMMON_MIN = 0.05, 1000  # a word in more chunks than both is left out of the keyword query
 _LOCK = 0x6F636D + 36  # the index's migration and its per-dimension indexes, one replica at a time
 _TABLES = """
 CREATE TABLE IF NOT EXISTS vector_store_chunks (
@@ -138,8 +139,7 @@ class PostgresChunkIndex:
     def __init__(self, pool: asyncpg.Pool, *, iterative: bool = True, owns_pool: bool = False) -> None:
         self._pool, self._iterative, self._owns = pool, iterative, owns_pool
         self._indexed: set[int] = set()
-        self._df: dict[str, int] = {}
-        self._total, self._idf_at = 0, 0.0
+        self._df: dict[str, tuple[int, float, dict[str, int]]] = {}  # store: (chunks, when, df)
 
     @classmethod
     async def create(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> PostgresChunkIndex:
@@ -240,46 +240,60 @@ class PostgresChunkIndex:
                 "LIMIT $3", text, stores, limit, *args)
         return [(int(r[0]), float(r[1])) for r in rows]
 
-    async def _idf(self, conn: Any, terms: list[str]) -> dict[str, float]:
-        """BM25's inverse document frequency of each word (over the whole table, cached for
-        :data:`IDF_TTL` seconds).  Left out: words that match nothing (PostgreSQL's stop words
-        among them) and words in more than :data:`COMMON_SHARE` of the chunks (and more than
-        :data:`COMMON_MIN`) unless the query has no other."""
+    async def _idf(self, conn: Any, stores: list[str], terms: list[str]) -> dict[str, float]:
+        """BM25's inverse document frequency of each word kept (:func:`app.knowledge.keywords.
+        selective`) over the searched stores' chunks only: document frequencies counted per
+        store and word, reused while the store's chunk count stays and for :data:`IDF_TTL`
+        seconds at most."""
         now = time.monotonic()
-        if now - self._idf_at > IDF_TTL or len(self._df) > 10_000:
-            self._df.clear()
-            self._total = int(await conn.fetchval("SELECT COALESCE(sum(n), 0) "
-                                                  "FROM vector_store_chunk_counts"))
-            self._idf_at = now
-        for term in terms:
-            if term not in self._df:
-                self._df[term] = int(await conn.fetchval(
-                    "SELECT count(*) FROM vector_store_chunks WHERE tsv @@ plainto_tsquery('english', $1)",
-                    term))
-        total = max(self._total, 1)
-        found = [t for t in terms if self._df[t]]
-        # words in a large share of the chunks weigh little and cost the most: left out, unless
-        # they are all the query has (then its rarest)
-        common = max(COMMON_MIN, COMMON_SHARE * total)
-        kept = [t for t in found if self._df[t] <= common] or sorted(found, key=self._df.__getitem__)[:1]
-        return {t: math.log(1 + (total - self._df[t] + 0.5) / (self._df[t] + 0.5)) for t in kept}
+        rows = await conn.fetch("SELECT vector_store_id, n FROM vector_store_chunk_counts "
+                                "WHERE vector_store_id = ANY($1::text[])", stores)
+        counts = {str(r[0]): int(r[1]) for r in rows}
+        df = dict.fromkeys(terms, 0)
+        for store, n in counts.items():
+            cached = self._df.get(store)
+            if cached is None or cached[0] != n or now - cached[1] > IDF_TTL or len(cached[2]) > 10_000:
+                cached = self._df[store] = (n, now, {})
+            known = cached[2]
+            missing = [t for t in terms if t not in known]
+            if missing:
+                found = await conn.fetch(
+                    "SELECT u.t, (SELECT count(*) FROM vector_store_chunks WHERE vector_store_id = $1 "
+                    "AND tsv @@ plainto_tsquery('english', u.t)) FROM unnest($2::text[]) AS u(t)",
+                    store, missing)
+                known.update({str(r[0]): int(r[1]) for r in found})
+            for t in terms:
+                df[t] += known[t]
+        total = sum(counts.values())
+        return {t: idf(df[t], total) for t in selective(df, total)}
 
-    async def _keyword(self, conn: Any, query: Query, stores: list[str], limit: int,
-                       ) -> list[tuple[int, float]]:
-        """Chunks holding any of the words, ranked by the sum over the words of their idf
-        times ``ts_rank`` (term frequency, over 1 + log of the chunk's length): BM25's shape
-        from PostgreSQL's full text, whose own ``ts_rank`` knows no document frequency."""
-        idf = await self._idf(conn, keyword_terms(query.text))
-        if not idf:
+    async def _keyword(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
+        """Chunks holding any of the words, ranked by the sum over the words they hold of the
+        word's idf times ``ts_rank`` (term frequency, over 1 + log of the chunk's length):
+        BM25's shape from PostgreSQL's full text, whose own ``ts_rank`` knows no document
+        frequency.  Each (chunk, word) pair is found through the GIN index and ranked once."""
+        terms = keyword_terms(query.text)
+        if not terms:
             return []
-        where, args = _where(query, 6)
-        rows = await conn.fetch(
-            "SELECT id, (SELECT sum(u.w * ts_rank(tsv, plainto_tsquery('english', u.t), 1)) "
-            "FROM unnest($4::text[], $5::float8[]) AS u(t, w)) AS r FROM vector_store_chunks "
-            f"WHERE tsv @@ to_tsquery('english', $1) AND vector_store_id = ANY($2::text[]) AND {where} "
-            "ORDER BY r DESC, id LIMIT $3",
-            " | ".join(f"'{t}'" for t in idf), stores, limit, list(idf), list(idf.values()), *args)
+        async with guard(), self._pool.acquire() as conn:
+            weights = await self._idf(conn, stores, terms)
+            if not weights:
+                return []
+            where, args = _where(query, 3 + 2 * len(weights))
+            # one branch per word, each found through the GIN index with its own tsquery (a join
+            # on the words would let the planner scan the store's rows instead)
+            branches = " UNION ALL ".join(
+                f"SELECT id, ${4 + 2 * i}::float8 * ts_rank(tsv, plainto_tsquery('english', ${3 + 2 * i}), "
+                f"1) AS r FROM vector_store_chunks WHERE tsv @@ plainto_tsquery('english', ${3 + 2 * i}) "
+                f"AND vector_store_id = ANY($1::text[]) AND {where}" for i in range(len(weights)))
+            pairs = [v for t, w in weights.items() for v in (t, w)]
+            rows = await conn.fetch(f"SELECT id, sum(r) AS r FROM ({branches}) AS m GROUP BY id "
+                                    "ORDER BY r DESC, id LIMIT $2", stores, limit, *pairs, *args)
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    async def _vectors(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
+        async with guard(), self._pool.acquire() as conn:
+            return await self._vector(conn, query, stores, limit)
 
     async def search(self, query: Query) -> list[Hit]:
         if not query.vector_store_ids or query.max_num_results <= 0:
@@ -288,14 +302,16 @@ class PostgresChunkIndex:
         limit = ranking.depth(query.max_num_results)
         use_vector = query.vector is not None and query.ranker != "keyword"
         use_keyword = query.ranker in ("auto", "hybrid", "keyword") or query.vector is None
+        # both legs at once, on two connections
+        vector, keyword = await asyncio.gather(
+            self._vectors(query, stores, limit) if use_vector else _none(),
+            self._keyword(query, stores, limit) if use_keyword else _none())
+        ranked = ranking.combine(vector, keyword, ranker=query.ranker, limit=query.max_num_results,
+                                 score_threshold=query.score_threshold,
+                                 embedding_weight=query.embedding_weight, text_weight=query.text_weight)
+        if not ranked:
+            return []
         async with guard(), self._pool.acquire() as conn:
-            vector = await self._vector(conn, query, stores, limit) if use_vector else None
-            keyword = await self._keyword(conn, query, stores, limit) if use_keyword else None
-            ranked = ranking.combine(vector, keyword, ranker=query.ranker, limit=query.max_num_results,
-                                     score_threshold=query.score_threshold,
-                                     embedding_weight=query.embedding_weight, text_weight=query.text_weight)
-            if not ranked:
-                return []
             rows = await conn.fetch("SELECT id, vector_store_id, file_id, chunk_index, filename, text, "
                                     "attributes FROM vector_store_chunks WHERE id = ANY($1::bigint[])",
                                     [i for i, _s in ranked])
@@ -307,3 +323,7 @@ class PostgresChunkIndex:
     async def close(self) -> None:
         if self._owns:
             await self._pool.close()
+
+
+async def _none() -> None:
+    return None

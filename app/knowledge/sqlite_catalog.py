@@ -1,125 +1,43 @@
-"""The vector-store catalog on SQLite (the contract: :mod:`app.knowledge.catalog`): tables in
-the SQLite file beside the other tables, on the connection the stores share, every write one
-``BEGIN IMMEDIATE`` transaction (:func:`app.stores.sqlite_db.transaction`).
-
-Tables: ``vector_stores``, ``vector_store_files`` (one row per file of a store: status,
-error, attributes, chunking), ``vector_store_batches`` + ``vector_store_batch_files`` (a
-batch's members; their statuses are the files' rows), ``ingest_jobs`` (one per in-progress
-file: its claim ``token``, ``lease_until`` and ``attempts``).
-
-SQLite serves the processes of one machine (``--workers N`` share the file): a claim's token
-names its process, and when the catalog opens, the leases of processes that are gone (a
-restart) are dropped, so their jobs resume at once (a live sibling's are left alone; a lease
-also runs out by itself).  A job's ``attempts`` survive, so a file that kills its worker every
-time fails after :data:`~app.knowledge.catalog.MAX_ATTEMPTS`.
+"""The vector-store catalog on SQLite (the contract: :mod:`app.knowledge.catalog`): vector
+stores, their files and batches in the SQLite file beside the other tables, on the connection
+the stores share, every write one ``BEGIN IMMEDIATE`` transaction
+(:func:`app.stores.sqlite_db.transaction`).  The tables and row decoders are
+:mod:`app.knowledge.sqlite_catalog_rows`; the ingestion queue (claims, leases, a restart's
+resumed jobs) is :mod:`app.knowledge.sqlite_jobs`.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
-import orjson
 
 from app.knowledge.catalog import (
-    MAX_ATTEMPTS,
     TOUCH_EVERY,
     BatchRecord,
-    ErrorCode,
     FileCounts,
     FileRecord,
-    Job,
     NewEntry,
     NewStore,
     Page,
     StoreChanges,
     StoreRecord,
     chunking_json,
-    chunking_of,
 )
-from app.knowledge.vectors import Attributes, EmbeddingSpace, new_store_id
+from app.knowledge.sqlite_catalog_rows import FILE_COLUMNS as _FILE
+from app.knowledge.sqlite_catalog_rows import SCHEMA, file_row, space_of, store_row
+from app.knowledge.sqlite_catalog_rows import STORE_COLUMNS as _STORE
+from app.knowledge.sqlite_catalog_rows import as_json as _json
+from app.knowledge.sqlite_catalog_rows import space_columns as _space
+from app.knowledge.sqlite_jobs import SqliteJobs, resume_claims
+from app.knowledge.vectors import Attributes, new_store_id
 from app.stores.sqlite_db import transaction
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS vector_stores (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL,
-    created_at INTEGER NOT NULL, name TEXT NOT NULL, description TEXT, metadata TEXT,
-    expires_after_days INTEGER, expires_at INTEGER, last_active_at INTEGER NOT NULL,
-    expired INTEGER NOT NULL DEFAULT 0, embedding_model TEXT, embedding_dimensions INTEGER);
-CREATE INDEX IF NOT EXISTS vector_stores_owner ON vector_stores (owner, seq);
-CREATE INDEX IF NOT EXISTS vector_stores_expiry ON vector_stores (expires_at)
-    WHERE expires_at IS NOT NULL AND expired = 0;
-CREATE TABLE IF NOT EXISTS vector_store_files (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, vector_store_id TEXT NOT NULL, file_id TEXT NOT NULL,
-    owner TEXT NOT NULL, created_at INTEGER NOT NULL, status TEXT NOT NULL,
-    usage_bytes INTEGER NOT NULL DEFAULT 0, error_code TEXT, error_message TEXT,
-    attributes TEXT NOT NULL, chunking TEXT NOT NULL, filename TEXT NOT NULL,
-    UNIQUE (vector_store_id, file_id));
-CREATE TABLE IF NOT EXISTS vector_store_batches (
-    id TEXT PRIMARY KEY, vector_store_id TEXT NOT NULL, owner TEXT NOT NULL,
-    created_at INTEGER NOT NULL, cancelled INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS vector_store_batch_files (
-    batch_id TEXT NOT NULL, vector_store_id TEXT NOT NULL, file_id TEXT NOT NULL,
-    PRIMARY KEY (batch_id, file_id));
-CREATE TABLE IF NOT EXISTS ingest_jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, vector_store_id TEXT NOT NULL, file_id TEXT NOT NULL,
-    token TEXT, lease_until REAL NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (vector_store_id, file_id));
-CREATE INDEX IF NOT EXISTS ingest_jobs_lease ON ingest_jobs (lease_until, seq)
-"""
-_STORE = ("id, owner, created_at, name, metadata, expires_after_days, expires_at, last_active_at, "
-          "expired, embedding_model, embedding_dimensions")
-_FILE = ("f.vector_store_id, f.file_id, f.owner, f.created_at, f.status, f.usage_bytes, f.error_code, "
-         "f.error_message, f.attributes, f.chunking, f.filename")
+__all__ = ["SqliteCatalog", "file_row", "space_of", "store_row"]
 
 
-def _alive(token: str) -> bool:
-    """Whether the process that claimed with ``token`` still runs (SQLite: one machine)."""
-    pid = token.split("-", 1)[0]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return not pid.isdigit()  # this process just started: none of its old claims is live
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _space(space: EmbeddingSpace | None) -> tuple[str | None, int | None]:
-    return (None, None) if space is None else (space.model, space.dimensions)
-
-
-def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def file_row(row: Sequence[Any]) -> FileRecord:
-    vs, fid, owner, created, status, usage, code, message, attributes, chunking, filename = row
-    return FileRecord(str(vs), str(fid), str(owner), int(created), status, int(usage),
-                      None if code is None else (str(code), str(message or "")),
-                      orjson.loads(attributes), chunking_of(orjson.loads(chunking)), str(filename))
-
-
-def store_row(row: Sequence[Any], counts: FileCounts, usage: int) -> StoreRecord:
-    sid, owner, created, name, metadata, days, expires_at, active, expired, model, dims = row
-    return StoreRecord(str(sid), str(owner), int(created), str(name),
-                       None if metadata is None else orjson.loads(metadata),
-                       None if days is None else int(days), None if expires_at is None else int(expires_at),
-                       int(active), bool(expired), counts, usage, space_of(model, dims))
-
-
-def space_of(model: Any, dimensions: Any) -> EmbeddingSpace | None:
-    if model is None:
-        return None
-    return EmbeddingSpace(str(model), None if dimensions is None else int(dimensions))
-
-
-class SqliteCatalog:
+class SqliteCatalog(SqliteJobs):
     """:class:`~app.knowledge.catalog.VectorStoreCatalog` on the shared SQLite connection."""
 
     def __init__(self, db: aiosqlite.Connection) -> None:
@@ -127,20 +45,10 @@ class SqliteCatalog:
 
     @classmethod
     async def create(cls, db: aiosqlite.Connection) -> SqliteCatalog:
-        await db.executescript(_SCHEMA)
+        await db.executescript(SCHEMA)
         await db.commit()
-        async with db.execute("SELECT DISTINCT token FROM ingest_jobs WHERE token IS NOT NULL") as cur:
-            held = [str(r[0]) for r in await cur.fetchall()]
-        dead = [t for t in held if not _alive(t)]
-        if dead:  # leases of processes that are gone (a restart): resumed at once
-            async with transaction(db):
-                await db.executemany("UPDATE ingest_jobs SET token = NULL, lease_until = 0 WHERE token = ?",
-                                     [(t,) for t in dead])
+        await resume_claims(db)
         return cls(db)
-
-    async def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        async with self._db.execute(sql, tuple(args)) as cur:
-            return list(await cur.fetchall())
 
     async def _counts(self, store_ids: Sequence[str]) -> dict[str, tuple[FileCounts, int]]:
         marks = ", ".join("?" * len(store_ids))
@@ -361,75 +269,6 @@ class SqliteCatalog:
             await db.execute("UPDATE vector_store_files SET status = 'cancelled' WHERE status = "
                              f"'in_progress' AND vector_store_id IN ({marks})", ids)
         return ids
-
-    async def claim(self, now: float, lease: float = 60.0) -> Job | None:
-        while True:
-            if not await self._all("SELECT 1 FROM ingest_jobs WHERE lease_until < ? LIMIT 1", (now,)):
-                return None  # idle polls read, they never take the file's write lock
-            token = f"{os.getpid()}-{uuid.uuid4().hex}"  # which process holds it (see _alive)
-            async with transaction(self._db) as db:
-                async with db.execute("SELECT vector_store_id, file_id, attempts FROM ingest_jobs WHERE "
-                                      "lease_until < ? ORDER BY seq LIMIT 1", (now,)) as cur:
-                    row = await cur.fetchone()
-                if row is None:
-                    return None
-                sid, fid, attempts = str(row[0]), str(row[1]), int(row[2]) + 1
-                await db.execute("UPDATE ingest_jobs SET token = ?, lease_until = ?, attempts = ? WHERE "
-                                 "vector_store_id = ? AND file_id = ?",
-                                 (token, now + lease, attempts, sid, fid))
-                async with db.execute(f"SELECT {_FILE}, s.embedding_model, s.embedding_dimensions FROM "
-                                      "vector_store_files f JOIN vector_stores s ON s.id = "
-                                      "f.vector_store_id WHERE f.vector_store_id = ? AND f.file_id = ?",
-                                      (sid, fid)) as cur:
-                    found = await cur.fetchone()
-                if found is None or attempts > MAX_ATTEMPTS:
-                    await db.execute("DELETE FROM ingest_jobs WHERE vector_store_id = ? AND file_id = ?",
-                                     (sid, fid))
-                    await db.execute("UPDATE vector_store_files SET status = 'failed', error_code = "
-                                     "'server_error', error_message = ? WHERE vector_store_id = ? AND "
-                                     "file_id = ? AND status = 'in_progress'",
-                                     (f"The file's processing stopped {MAX_ATTEMPTS} times; it was not "
-                                      "indexed.", sid, fid))
-                    continue
-            record = file_row(tuple(found)[:-2])
-            return Job(sid, fid, record.owner, token, attempts, record.filename, record.chunking,
-                       record.attributes, space_of(found[-2], found[-1]))
-
-    async def renew(self, job: Job, now: float, lease: float = 60.0) -> bool:
-        async with transaction(self._db) as db:
-            cur = await db.execute("UPDATE ingest_jobs SET lease_until = ? WHERE vector_store_id = ? AND "
-                                   "file_id = ? AND token = ?", (now + lease, job.vector_store_id,
-                                                                 job.file_id, job.token))
-            return cur.rowcount > 0
-
-    async def _end(self, job: Job, sets: str, args: Sequence[Any], space: EmbeddingSpace | None = None,
-                   ) -> bool:
-        key = (job.vector_store_id, job.file_id)
-        async with transaction(self._db) as db:
-            cur = await db.execute("DELETE FROM ingest_jobs WHERE vector_store_id = ? AND file_id = ? AND "
-                                   "token = ?", (*key, job.token))
-            if cur.rowcount == 0:
-                return False
-            await db.execute(f"UPDATE vector_store_files SET {sets} WHERE vector_store_id = ? AND "
-                             "file_id = ? AND status = 'in_progress'", (*args, *key))
-            if space is not None:  # the first vectors of the store (or their length, now known)
-                await db.execute("UPDATE vector_stores SET embedding_model = ?, embedding_dimensions = ? "
-                                 "WHERE id = ? AND (embedding_model IS NULL OR (embedding_model = ? AND "
-                                 "embedding_dimensions IS NULL))",
-                                 (space.model, space.dimensions, job.vector_store_id, space.model))
-        return True
-
-    async def finish(self, job: Job, usage_bytes: int, space: EmbeddingSpace | None = None) -> bool:
-        return await self._end(job, "status = 'completed', usage_bytes = ?", (usage_bytes,), space)
-
-    async def fail(self, job: Job, code: ErrorCode, message: str) -> bool:
-        return await self._end(job, "status = 'failed', error_code = ?, error_message = ?", (code, message))
-
-    async def release(self, job: Job) -> None:
-        async with transaction(self._db) as db:
-            await db.execute("UPDATE ingest_jobs SET token = NULL, lease_until = 0, attempts = attempts - 1 "
-                             "WHERE vector_store_id = ? AND file_id = ? AND token = ?",
-                             (job.vector_store_id, job.file_id, job.token))
 
     async def close(self) -> None:
         return None

@@ -3,9 +3,10 @@ the other tables, keywords in an FTS5 table (``bm25``), vectors searched exactly
 (:mod:`app.knowledge.matrix`).
 
 Tables: ``vector_store_chunks`` (text, file, position, attributes as JSON, the float32 vector
-as a blob: the durable copy), ``vector_store_chunks_fts`` (FTS5, external content, kept in step
-by triggers; Porter stemming, diacritics folded) and ``vector_store_index_versions`` (a version
-per vector store, bumped by every write in the same transaction).
+as a blob: the durable copy), one FTS5 table per vector store for its keywords
+(:mod:`app.knowledge.sqlite_keywords`: Porter stemming, diacritics folded, bm25 over the
+store's own statistics) and ``vector_store_index_versions`` (a version per vector store, bumped
+by every write in the same transaction).
 
 * **Vectors in memory.** Each vector store's vectors are loaded from the file the first time
   it is searched (measured: ~1.3 s at 100k x 384; a restart keeps everything, nothing to
@@ -14,18 +15,17 @@ per vector store, bumped by every write in the same transaction).
   compares the stores' versions with its snapshots' and reloads a store another connection
   (a worker process) changed.
 * **Search**: the vector ranking scores every row of the given stores that passes the filter
-  (exact top-k, in a worker thread); the keyword ranking is one FTS5 query (the query's words,
-  OR-ed, common English stop words dropped, each a quoted string so no user text is FTS5
-  syntax) restricted to the stores and the filter in SQL (:func:`app.knowledge.filters.
-  sqlite_where`); :func:`app.knowledge.ranking.combine` fuses them.  bm25's statistics are
-  those of the whole table (all stores).
+  (exact top-k, in a worker thread) while, at the same time, the keyword ranking runs in SQLite
+  (:class:`app.knowledge.sqlite_keywords.Keywords`: each store's own FTS5 table, bm25 top-k in
+  SQL); :func:`app.knowledge.ranking.combine` fuses the two lists of row ids, and only the
+  fused top rows' texts are read.  Keyword scores depend on the searched stores' chunks only
+  (another tenant's uploads move neither a score nor an order).
 * Every write is one transaction (:func:`app.stores.sqlite_db.transaction`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,11 +33,13 @@ import aiosqlite
 import numpy as np
 import orjson
 
-from app.knowledge import ranking
-from app.knowledge.filters import sqlite_where
+from app.knowledge import ranking, sqlite_keywords
+from app.knowledge.keywords import STOP_WORDS, keyword_terms
 from app.knowledge.matrix import Vectors, as_unit, search
 from app.knowledge.vectors import Attributes, Chunk, Hit, Query
 from app.stores.sqlite_db import transaction
+
+__all__ = ["STOP_WORDS", "SqliteChunkIndex", "keyword_terms"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vector_store_chunks (
@@ -53,43 +55,11 @@ CREATE TABLE IF NOT EXISTS vector_store_chunks (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS vector_store_chunks_file
     ON vector_store_chunks (vector_store_id, file_id, chunk_index);
-CREATE VIRTUAL TABLE IF NOT EXISTS vector_store_chunks_fts USING fts5(
-    text, content='vector_store_chunks', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2');
-CREATE TRIGGER IF NOT EXISTS vector_store_chunks_ai AFTER INSERT ON vector_store_chunks BEGIN
-    INSERT INTO vector_store_chunks_fts (rowid, text) VALUES (new.id, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS vector_store_chunks_ad AFTER DELETE ON vector_store_chunks BEGIN
-    INSERT INTO vector_store_chunks_fts (vector_store_chunks_fts, rowid, text)
-        VALUES ('delete', old.id, old.text);
-END;
-CREATE TRIGGER IF NOT EXISTS vector_store_chunks_au AFTER UPDATE OF text ON vector_store_chunks BEGIN
-    INSERT INTO vector_store_chunks_fts (vector_store_chunks_fts, rowid, text)
-        VALUES ('delete', old.id, old.text);
-    INSERT INTO vector_store_chunks_fts (rowid, text) VALUES (new.id, new.text);
-END;
 CREATE TABLE IF NOT EXISTS vector_store_index_versions (
     vector_store_id TEXT PRIMARY KEY,
     version INTEGER NOT NULL
 );
 """
-_WORD = re.compile(r"\w+")
-MAX_QUERY_WORDS = 64
-OVERFETCH = 4  # the keyword ranking's first try: this many times the rows it needs
-OVERFETCH_FILTERED = 20  # ... when a filter will drop some
-_STOP = ("a an and are as at be but by can do does for from has have how i if in into is it its of on "
-         "or that the their there these this to was were what when where which who why will with you your")
-STOP_WORDS = frozenset(_STOP.split(" "))
-
-
-def keyword_terms(text: str) -> list[str]:
-    """The words a keyword search looks for: lower-cased, unique, stop words dropped (unless
-    that leaves none), at most :data:`MAX_QUERY_WORDS`."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))
-    kept = [w for w in words if w not in STOP_WORDS] or words
-    return kept[:MAX_QUERY_WORDS]
-
-
 def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
@@ -101,11 +71,14 @@ class SqliteChunkIndex:
         self._db = db
         self._snapshots: dict[str, Vectors] = {}
         self._loading: dict[str, asyncio.Lock] = {}
+        self._keywords = sqlite_keywords.Keywords(db)
 
     @classmethod
     async def create(cls, db: aiosqlite.Connection) -> SqliteChunkIndex:
         await db.executescript(_SCHEMA)
         await db.commit()
+        async with transaction(db) as tx:
+            await sqlite_keywords.migrate(tx)
         return cls(db)
 
     # --- writes ----------------------------------------------------------------------------
@@ -133,9 +106,14 @@ class SqliteChunkIndex:
             else:
                 self._snapshots[store] = new
 
-    async def _delete(self, db: aiosqlite.Connection, where: str, args: Sequence[Any]) -> list[int]:
-        async with db.execute(f"DELETE FROM vector_store_chunks WHERE {where} RETURNING id", args) as cur:
-            return [int(r[0]) for r in await cur.fetchall()]
+    async def _delete(self, db: aiosqlite.Connection, store: str, where: str,
+                      args: Sequence[Any]) -> list[int]:
+        """Delete the store's rows matching ``where`` and their keywords; their ids."""
+        async with db.execute(f"DELETE FROM vector_store_chunks WHERE vector_store_id = ? AND {where} "
+                              "RETURNING id, text", (store, *args)) as cur:
+            rows = [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
+        await sqlite_keywords.unindex_rows(db, store, rows)
+        return [i for i, _t in rows]
 
     async def add(self, chunks: Sequence[Chunk]) -> None:
         by_store: dict[str, list[Chunk]] = {}
@@ -155,8 +133,7 @@ class SqliteChunkIndex:
             if row is not None and int(row[0]) != dims:
                 raise ValueError(f"vector store {store} holds {row[0]}-dimensional vectors, not {dims}")
             before = await self._bump(db, store)
-            removed = await self._delete(db, f"vector_store_id = ? AND file_id IN ({_marks(len(files))})",
-                                         (store, *files))
+            removed = await self._delete(db, store, f"file_id IN ({_marks(len(files))})", files)
             async with db.execute("SELECT COALESCE(MAX(id), 0) FROM vector_store_chunks") as cur:
                 row = await cur.fetchone()
             first = int(row[0]) + 1 if row is not None else 1
@@ -165,6 +142,8 @@ class SqliteChunkIndex:
                 "INSERT INTO vector_store_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(i, store, c.file_id, c.index, c.filename, c.text, orjson.dumps(dict(c.attributes)).decode(),
                   dims, vectors[n].tobytes()) for n, (i, c) in enumerate(zip(ids, chunks, strict=True))])
+            await sqlite_keywords.index_rows(db, store,
+                                             [(i, c.text) for i, c in zip(ids, chunks, strict=True)])
         attrs = [dict(c.attributes) for c in chunks]
         await self._after(store, before, lambda s: s.updated(before + 1, removed, ids, vectors, attrs)
                           if s.dims == dims or not len(s) else None)
@@ -172,16 +151,17 @@ class SqliteChunkIndex:
     async def remove_file(self, vector_store_id: str, file_id: str) -> None:
         async with transaction(self._db) as db:
             before = await self._bump(db, vector_store_id)
-            removed = await self._delete(db, "vector_store_id = ? AND file_id = ?",
-                                         (vector_store_id, file_id))
+            removed = await self._delete(db, vector_store_id, "file_id = ?", (file_id,))
         await self._after(vector_store_id, before, lambda s: s.updated(before + 1, removed))
 
     async def drop_store(self, vector_store_id: str) -> None:
         async with transaction(self._db) as db:
-            await self._delete(db, "vector_store_id = ?", (vector_store_id,))
+            await db.execute("DELETE FROM vector_store_chunks WHERE vector_store_id = ?", (vector_store_id,))
+            await sqlite_keywords.drop(db, vector_store_id)
             await db.execute("DELETE FROM vector_store_index_versions WHERE vector_store_id = ?",
                              (vector_store_id,))
         self._snapshots.pop(vector_store_id, None)
+        self._keywords.forget(vector_store_id)
 
     async def set_attributes(self, vector_store_id: str, file_id: str, attributes: Attributes) -> None:
         attrs = dict(attributes)
@@ -200,11 +180,15 @@ class SqliteChunkIndex:
                                     "file_id = ? ORDER BY chunk_index", (vector_store_id, file_id)) as cur:
             return [str(r[0]) for r in await cur.fetchall()]
 
-    async def _versions(self, stores: Sequence[str]) -> dict[str, int]:
-        async with self._db.execute("SELECT vector_store_id, version FROM vector_store_index_versions "
-                                    f"WHERE vector_store_id IN ({_marks(len(stores))})",
+    async def _versions(self, stores: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        """Each store's version and FTS table (stores with no chunks ever are left out)."""
+        async with self._db.execute("SELECT v.vector_store_id, v.version, f.n FROM "
+                                    "vector_store_index_versions AS v LEFT JOIN vector_store_fts AS f "
+                                    "USING (vector_store_id) "
+                                    f"WHERE v.vector_store_id IN ({_marks(len(stores))})",
                                     tuple(stores)) as cur:
-            return {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+            return {str(r[0]): (int(r[1]), None if r[2] is None else sqlite_keywords.table(int(r[2])))
+                    for r in await cur.fetchall()}
 
     async def _snapshot(self, store: str, version: int) -> Vectors | None:
         snap = self._snapshots.get(store)
@@ -225,43 +209,10 @@ class SqliteChunkIndex:
             self._snapshots[store] = snap
             return snap
 
-    async def _keyword(self, query: Query, terms: list[str], limit: int) -> list[tuple[int, float]]:
-        """The best ``limit`` chunks by bm25 among the stores' rows passing the filter.  First
-        the full-text index alone ranks :data:`OVERFETCH` x ``limit`` rows (more with a
-        filter) and the stores and the filter are checked on those only (exact whenever enough
-        of them pass: they are a prefix of the same ranking); else one query joins every match
-        to its row."""
-        if not terms:
-            return []
-        match = " OR ".join(f'"{t}"' for t in terms)
-        stores = list(dict.fromkeys(query.vector_store_ids))
-        where, args = ("1", []) if query.filters is None else sqlite_where(query.filters, "c.attributes")
-        fetch = limit * (OVERFETCH if query.filters is None else OVERFETCH_FILTERED)
-        first = ("SELECT rowid, -bm25(vector_store_chunks_fts) FROM vector_store_chunks_fts "
-                 "WHERE vector_store_chunks_fts MATCH ? ORDER BY bm25(vector_store_chunks_fts) LIMIT ?")
-        async with self._db.execute(first, (match, fetch)) as cur:
-            ranked = [(int(r[0]), float(r[1])) for r in await cur.fetchall()]
-        if not ranked:
-            return []
-        check = (f"SELECT c.id FROM vector_store_chunks AS c WHERE c.id IN ({_marks(len(ranked))}) "
-                 f"AND c.vector_store_id IN ({_marks(len(stores))}) AND {where}")
-        async with self._db.execute(check, (*(i for i, _s in ranked), *stores, *args)) as cur:
-            passing = {int(r[0]) for r in await cur.fetchall()}
-        kept = [pair for pair in ranked if pair[0] in passing]
-        if len(kept) >= limit or len(ranked) < fetch:
-            return kept[:limit]
-        sql = ("SELECT c.id, -bm25(vector_store_chunks_fts) FROM vector_store_chunks_fts "
-               "JOIN vector_store_chunks AS c ON c.id = vector_store_chunks_fts.rowid "
-               f"WHERE vector_store_chunks_fts MATCH ? AND c.vector_store_id IN ({_marks(len(stores))}) "
-               f"AND {where} ORDER BY bm25(vector_store_chunks_fts) LIMIT ?")
-        async with self._db.execute(sql, (match, *stores, *args, limit)) as cur:
-            return [(int(r[0]), float(r[1])) for r in await cur.fetchall()]
-
-    async def _vector(self, query: Query, limit: int) -> list[tuple[int, float]]:
-        stores = list(dict.fromkeys(query.vector_store_ids))
-        versions = await self._versions(stores)
-        snaps = [s for s in [await self._snapshot(store, versions[store]) for store in stores
-                             if store in versions] if s is not None]
+    async def _vector(self, query: Query, versions: Mapping[str, tuple[int, str | None]],
+                      limit: int) -> list[tuple[int, float]]:
+        loaded = [await self._snapshot(store, version) for store, (version, _t) in versions.items()]
+        snaps = [s for s in loaded if s is not None]
         assert query.vector is not None
         return await asyncio.to_thread(search, snaps, query.vector, limit, query.filters)
 
@@ -271,8 +222,17 @@ class SqliteChunkIndex:
         limit = ranking.depth(query.max_num_results)
         use_vector = query.vector is not None and query.ranker != "keyword"
         use_keyword = query.ranker in ("auto", "hybrid", "keyword") or query.vector is None
-        vector = await self._vector(query, limit) if use_vector else None
-        keyword = await self._keyword(query, keyword_terms(query.text), limit) if use_keyword else None
+        stores = list(dict.fromkeys(query.vector_store_ids))
+        versions = await self._versions(stores)
+        versions = {s: versions[s] for s in stores if s in versions}  # the query's order
+        fts = {s: (name, version) for s, (version, name) in versions.items() if name is not None}
+        terms = keyword_terms(query.text)
+        # both legs at once: the vectors score in a worker thread while SQLite ranks the keywords
+        vector, keyword = await asyncio.gather(
+            self._vector(query, versions, limit) if use_vector else _none(),
+            self._keywords.search(fts, terms, limit, query.filters) if use_keyword and terms else _none())
+        if use_keyword and keyword is None:
+            keyword = []
         ranked = ranking.combine(vector, keyword, ranker=query.ranker, limit=query.max_num_results,
                                  score_threshold=query.score_threshold,
                                  embedding_weight=query.embedding_weight, text_weight=query.text_weight)
@@ -289,6 +249,10 @@ class SqliteChunkIndex:
 
     async def close(self) -> None:
         self._snapshots.clear()
+
+
+async def _none() -> None:
+    return None
 
 
 def _to_hits(ranked: Iterable[tuple[int, float]], rows: Mapping[int, Any]) -> Iterable[Hit]:
