@@ -1,5 +1,5 @@
 """Replicas under faults, on the real servers (PostgreSQL and Redis from Debian): Redis stopped
-under a cancel (carried to the owner through the store) and under streams followed from
+under a cancel and a delete (carried to the owner through the store) and under streams followed from
 another replica; PostgreSQL stopped around the
 end of stored runs; the replica that owns a background run killed with -9 while another
 replica's client follows it.  Every answer is what the store records: the response, a clean
@@ -353,3 +353,51 @@ def test_owner_killed_the_follower_hears_the_stored_terminal(pg: Cluster, tmp_pa
             assert took < 6, took
             got = httpx.get(f"{b.url}/v1/responses/{rid}", timeout=5).json()
             assert got["status"] == "failed" and got["error"]["code"] == "run_lost"
+
+
+@pytest.mark.parametrize("owner_beat", [0.5, 8.0], ids=["owner-reads-it-at-once", "owner-reads-it-later"])
+async def test_redis_down_a_delete_on_another_replica_degrades_as_a_cancel(
+        pg: Cluster, tmp_path: Path, owner_beat: float) -> None:
+    """Redis stopped, ``DELETE`` of A's running background response on B: the cancel goes to A
+    through the store (was a 503 ``signals_unavailable`` with nothing cancelled).  A reads it
+    within B's wait (heartbeat 0.5 s): 200 deleted, 404 on both replicas for good.  A reads it
+    later (heartbeat 8 s): 503 ``server_overloaded`` with ``Retry-After`` in OpenAI's envelope,
+    nothing deleted, the cancel recorded; A ends the run ``cancelled`` at its heartbeat, and the
+    retried delete is a 200 that the end, stored before it, cannot undo."""
+    with redis_server() as redis:
+        url = await fresh_database(pg.url)
+        upstream = EndlessUpstream()
+        a_config = on(url, tmp_path / "a.sqlite3", redis.url, heartbeat_seconds=owner_beat)
+        b_config = on(url, tmp_path / "b.sqlite3", redis.url, heartbeat_seconds=0.2)
+        async with in_process(endless_transport(upstream), a_config) as a, \
+                in_process(Switch(answer("x")).transport(), b_config) as b:
+            started = time.monotonic()
+            rid = (await a.post("/v1/responses", json={"model": MODEL, "input": "go",
+                                                        "background": True})).json()["id"]
+            await asyncio.wait_for(upstream.five_sent.wait(), 5)
+            await asyncio.to_thread(redis.stop)
+            deleted = await b.delete(f"/v1/responses/{rid}")
+            if owner_beat < 1:
+                assert deleted.status_code == 200, deleted.text
+                assert deleted.json() == {"id": rid, "object": "response.deleted", "deleted": True}
+            else:
+                assert time.monotonic() < started + owner_beat  # else this measures nothing
+                assert deleted.status_code == 503, deleted.text
+                error = deleted.json()["error"]
+                assert (error["type"], error["code"]) == ("server_error", "server_overloaded")
+                assert "retry the delete" in error["message"]
+                assert float(deleted.headers["retry-after"]) >= 1
+                assert (await a.get(f"/v1/responses/{rid}")).json()["status"] == "in_progress"
+                status = "in_progress"
+                for _ in range(200):  # A's first heartbeat reads the recorded cancel
+                    status = (await b.get(f"/v1/responses/{rid}")).json()["status"]
+                    if status != "in_progress":
+                        break
+                    await asyncio.sleep(0.1)
+                assert status == "cancelled"
+                again = await b.delete(f"/v1/responses/{rid}")
+                assert again.status_code == 200, again.text
+            await asyncio.sleep(1.0)  # a heartbeat of A's later: nothing brings it back
+            for replica in (a, b):
+                gone = await replica.get(f"/v1/responses/{rid}")
+                assert gone.status_code == 404, gone.text

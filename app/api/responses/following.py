@@ -1,5 +1,6 @@
 """Responses run by another replica (or by none any more): a cancel sent to the owner
-(:func:`cancel_elsewhere`: on Redis, or recorded in the store when Redis is down), a run
+(:func:`cancel_elsewhere`: on Redis, or recorded in the store when Redis is down; a delete
+waits for the same end, :func:`delete_elsewhere`), a run
 whose owner stopped updating it (:func:`lost`), and where a follower's stream gets its end
 when Redis does not say (:class:`StoredEnd`, the
 :class:`~app.engine.signals.Settle` of a :class:`~app.engine.signals.RemoteReader`).
@@ -80,6 +81,22 @@ async def cancel_elsewhere(signals: Signals, response_id: str,
         return (await read()).resource
     raise Overloaded(f"The replica running response {response_id!r} did not confirm the cancel; "
                      "try again.", retry_after=1.0)
+
+
+async def delete_elsewhere(signals: Signals, response_id: str,
+                           read: Callable[[], Awaitable[StoredResponse]],
+                           record: Callable[[], Awaitable[bool]], heartbeat: float) -> None:
+    """Before a delete, another replica's run ended as a cancel ends it (:func:`cancel_elsewhere`:
+    Redis down, through the store, waiting a heartbeat and a margin).  Still running after that
+    (its owner reads the recorded cancel at its next heartbeat): 503 with ``Retry-After``,
+    nothing deleted, the cancel recorded; a delete now would be undone when the owner stores
+    the end."""
+    ended = await cancel_elsewhere(signals, response_id, read, record,
+                                   record_wait=min(heartbeat + 1.0, 10.0))
+    if ended["status"] in RUNNING:
+        raise Overloaded(f"Response {response_id!r} runs on another replica, which has not ended it "
+                         "yet: its cancel is recorded; retry the delete.",
+                         retry_after=max(1.0, min(heartbeat, 30.0)))
 
 
 def _seq(payload: Json) -> int:

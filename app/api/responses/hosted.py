@@ -16,12 +16,13 @@ exactly like a missing one) and the filters, before any output.
 ``{"type": "mcp", ...}`` tools become :class:`~app.tools.mcp.McpServer` s: a ``server_label``
 the operator configured (``[tools.mcp.servers.LABEL]``: its URL and headers, never shown to
 clients), or a ``server_url`` the operator allows (:mod:`app.tools.egress`; by default none).
-A request offers at most ``[tools.mcp] max_tools_per_request`` of them (a 400 before any
-connection).  Tools naming one server (URL, headers, allow-list) share one session and one
-listing; sessions open concurrently (``OPENING`` at a time: the SDK's handshakes of twenty
-servers at once held the event loop 50-100 ms) while the request is planned; a server that
-cannot be reached is a 424 before any output.  ``mcp_list_tools`` items are emitted once per server and
-conversation: a label already listed in the context is not listed again in the output.
+A request offers at most ``[tools.mcp] max_tools_per_request`` of them, every entry counted
+(a 400 before any store lookup, name resolution or connection).  Tools naming one server (URL,
+headers, allow-list) share one session and one listing; sessions open concurrently
+(``OPENING`` at a time: the SDK's handshakes of twenty servers at once held the event loop
+50-100 ms) while the request is planned; a server that cannot be reached is a 424 before any
+output.  ``mcp_list_tools`` items are emitted once per server and conversation: a label
+already listed in the context is not listed again in the output.
 
 Approval: ``require_approval`` (default ``always``, as OpenAI) decides per tool whether a call
 is run or returned as an ``mcp_approval_request``; an ``mcp_approval_response`` in the input
@@ -250,11 +251,26 @@ def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider |
     return boxes, wires, seen
 
 
+def _capped(tools: RequestTools, settings: ToolSettings) -> list[int]:
+    """The positions of the ``mcp`` entries in ``tools``, or a 400 when there are more than the
+    operator's cap: every entry counts (200 entries naming one URL, or one label, are 200), not
+    the distinct servers.  ``web_search``, ``code_interpreter`` and ``file_search`` are offered
+    at most once each (:func:`~app.api.responses.tools.request_tools`: a 400 beyond)."""
+    positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
+    cap = settings.mcp.max_tools_per_request
+    if len(positions) > cap:
+        raise InvalidRequest(f"Invalid 'tools': too many mcp tools. Expected at most {cap}, but got "
+                             f"{len(positions)} (this gateway's [tools.mcp] max_tools_per_request).",
+                             param="tools", code="array_above_max_length")
+    return positions
+
+
 async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
                       search: SearchProvider | None = None, sandbox: Sandbox | None = None,
                       knowledge: VectorSearch | None = None, owner: str = "") -> Hosted | None:
     """The request's hosted tools: MCP servers connected and listed, web search, the code
     interpreter, file search over ``owner``'s vector stores; None when it has none."""
+    positions = _capped(tools, settings)  # before any store lookup, name resolution or connection
     boxes, wires, seen = _local(tools, settings, search, sandbox, context, knowledge, owner)
     if seen.files is not None:
         await _check_files(seen.files, _where(tools))
@@ -267,12 +283,6 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
         return Hosted(Toolboxes(boxes), dict(wires), browser=seen.browser, container_id=seen.container_id,
                       files=seen.files)
     servers: list[McpServer] = []
-    positions = [i for i, e in enumerate(tools.echo) if e.get("type") == "mcp"]
-    cap = settings.mcp.max_tools_per_request
-    if len(positions) > cap:
-        raise InvalidRequest(f"Invalid 'tools': too many mcp tools. Expected at most {cap}, but got "
-                             f"{len(positions)} (this gateway's [tools.mcp] max_tools_per_request).",
-                             param="tools", code="array_above_max_length")
     resolved: set[str] = set()
     for t, at in zip(tools.mcp, positions, strict=True):
         where = f"tools[{at}]"

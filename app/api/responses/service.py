@@ -19,7 +19,7 @@ from typing import Any
 from app.api.conversations.service import ConversationsService
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.encode import ResponsesEncoder
-from app.api.responses.following import StoredEnd, cancel_elsewhere, lost
+from app.api.responses.following import StoredEnd, cancel_elsewhere, delete_elsewhere, lost
 from app.api.responses.hooks import EndHooks, StoreHooks, snapshot
 from app.api.responses.hosted import open_hosted
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
@@ -385,7 +385,9 @@ class ResponsesService:
             run.cancel()
             await run.finished(within=15)
         elif stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
-            await cancel_elsewhere(self.signals, response_id, lambda: self._stored(response_id, who))
+            await delete_elsewhere(self.signals, response_id, lambda: self._stored(response_id, who),
+                                   lambda: self.store.request_cancel(response_id, who.tenant),
+                                   self.registry.config.store.heartbeat_seconds)
         if not await self.store.delete(response_id, who.tenant):
             raise _not_found(response_id)
 

@@ -173,3 +173,33 @@ async def test_a_sessions_work_runs_off_the_callers_loop(counting: str,
     finally:
         await session.aclose()
     assert threads == {"mcp-sessions"}, threads
+
+
+@pytest.mark.parametrize("labels", ["one label", "one label each"])
+async def test_the_cap_counts_entries_not_servers(counting: str, labels: str) -> None:
+    """200 entries naming one URL are 200 tools, whether or not they repeat a label."""
+    url = f"{counting}/private"
+    before = requests_heard(counting)
+    tools = [tool(url, "s" if labels == "one label" else f"s{i}") for i in range(200)]
+    async with gateway(Switch(answer("hi")).transport(), cfg(url)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": tools})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "array_above_max_length" and "200" in r.json()["error"]["message"]
+    assert requests_heard(counting) == before
+
+
+async def test_the_cap_comes_before_the_other_hosted_tools_are_checked(counting: str) -> None:
+    """With file_search and web_search beside them, too many mcp tools are refused first: no
+    vector store is looked up (an unknown id would be a 404) and no server is asked."""
+    url = f"{counting}/private"
+    before = requests_heard(counting)
+    tools = [*(tool(url, f"s{i}") for i in range(21)),
+             {"type": "file_search", "vector_store_ids": ["vs_does_not_exist"]},
+             {"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]
+    async with gateway(Switch(answer("hi")).transport(), cfg(url)) as c:
+        r = await c.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": tools})
+        ok = await c.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": tools[19:]})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("tools", "array_above_max_length")
+    assert requests_heard(counting) == before
+    assert ok.status_code == 404, ok.text  # two mcp tools: then the unknown store is what is wrong
