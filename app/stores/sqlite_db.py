@@ -16,6 +16,13 @@ write to one file.  So:
   answered at once, since waiting inside SQLite cannot help); ``BEGIN`` is then tried again
   with a short backoff until the same deadline.  Past it the write fails as a 503
   ``store_busy`` with ``Retry-After`` (retryable, nothing half-written), never a 500.
+
+:func:`write` is the same transaction in one hop to the connection's thread (``BEGIN``, the
+statements, ``COMMIT`` or ``ROLLBACK`` all there): aiosqlite hops to its thread and back for
+every statement, and a stored response's write was five such hops on the request's path.
+It uses aiosqlite's own queue (``Connection._execute``, how every aiosqlite call runs), so it
+stays ordered with the connection's other calls; the durability is the connection's
+(WAL, ``synchronous=NORMAL``: a commit survives a crash of the process, not of the machine).
 """
 
 from __future__ import annotations
@@ -25,9 +32,9 @@ import random
 import sqlite3
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import aiosqlite
 
@@ -95,14 +102,72 @@ async def _begin(db: aiosqlite.Connection) -> None:
             pause = min(pause * 2, 0.1)
 
 
+def _lock(db: aiosqlite.Connection) -> asyncio.Lock:
+    lock = _LOCKS.get(db)
+    if lock is None:
+        lock = _LOCKS[db] = asyncio.Lock()
+    return lock
+
+
+class _BeginBusy(Exception):
+    """``BEGIN IMMEDIATE`` found the file busy (nothing was run): try again."""
+
+    def __init__(self, error: sqlite3.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _whole(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """In the connection's thread: ``work`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled
+    back on any error."""
+    if conn.in_transaction:  # left open by a statement outside these transactions
+        conn.rollback()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise _BeginBusy(exc) from None
+        raise
+    try:
+        out = work(conn)
+        conn.commit()
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    return out
+
+
+async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """``work(connection)`` as one write transaction, run whole in the connection's thread
+    (one hop there and back); committed when this returns.  ``work`` must only use the
+    ``sqlite3`` connection it is given, and must not block on anything but SQLite.  A busy
+    file is waited for as :func:`transaction` does; a cancelled caller leaves only once the
+    transaction has finished (committed or rolled back)."""
+    deadline = time.monotonic() + BUSY_MS / 1000
+    pause = 0.002
+    run = cast(Callable[..., Awaitable[T]], db._execute)  # aiosqlite's queue to its thread
+    async with _lock(db):
+        while True:
+            try:
+                return await _complete(run(_whole, db._conn, work))
+            except _BeginBusy as busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreBusy(f"The store is busy ({busy.error}); try again.") from None
+                await asyncio.sleep(min(left, pause * (0.5 + random.random())))
+                pause = min(pause * 2, 0.1)
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc):
+                    raise StoreBusy(f"The store is busy ({exc}); try again.") from None
+                raise
+
+
 @asynccontextmanager
 async def transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
     """One write: ``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any error or
     cancellation (which are finished before the lock is released, cancelled or not)."""
-    lock = _LOCKS.get(db)
-    if lock is None:
-        lock = _LOCKS[db] = asyncio.Lock()
-    async with lock:
+    async with _lock(db):
         await _begin(db)
         try:
             yield db

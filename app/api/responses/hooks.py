@@ -1,10 +1,19 @@
 """What a Responses run does when it starts and ends: :class:`StoreHooks` persist a stored
 response at both (a process that dies mid-run leaves a response that reads ``failed`` /
 ``run_lost``, never a 404), :class:`EndHooks` report the run's tokens once it has ended (budgets,
-usage), whatever ended it and however often the end is retried."""
+usage), whatever ended it and however often the end is retried.
+
+The start of a non-stream foreground run (``wait``) is written alongside its generation, not
+before it: its client learns its id only from the answer, so no one can read or cancel it
+while it runs (a listing may miss it for the write's millisecond), and its end is written
+after its start, before the answer (the answer still comes only once the end is committed).
+A streamed or background run's start is written before its first event, as before: its
+client has its id at once and may read or cancel it from any replica."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +22,7 @@ from app.engine.run import Run, RunHooks
 from app.stores.base import ResponseStore
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class StoreHooks:
@@ -23,11 +33,25 @@ class StoreHooks:
         self._store = store
         self._context = context
         self._tenant = tenant
+        self._starting: asyncio.Task[None] | None = None  # a wait run's start being written
 
     async def started(self, run: Run) -> None:
-        await self._store.put(snapshot(run), self._context, self._tenant)
+        put = self._store.put(snapshot(run), self._context, self._tenant)
+        if run.mode == "wait":  # written while the generation runs (see the module's docstring)
+            self._starting = asyncio.get_running_loop().create_task(put)
+            return
+        await put
 
     async def ended(self, run: Run) -> None:
+        starting = self._starting
+        if starting is not None:  # the end's write comes after the start's, never before
+            if not starting.done():  # (never cancelled from here: it is one transaction)
+                await asyncio.wait([starting])
+            self._starting = None
+            if not starting.cancelled() and starting.exception() is not None:
+                # the end's write below stores the whole response anyway
+                log.warning("response %s: could not store that it started (%s)", run.id,
+                            type(starting.exception()).__name__)
         if run.replay is not None:  # a background run: its events (the held terminal too)
             await self._store.put_events(run.id, self._tenant, [*run.replay.events, *run.held])
         await self._store.put(snapshot(run), self._context, self._tenant)

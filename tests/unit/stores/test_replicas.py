@@ -179,13 +179,17 @@ async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
                 gateway(model.transport(), on(url, tmp_path / "b.sqlite3", redis.url)) as b:
             stored: dict[str, Any] = {}
             statuses: list[int] = []
+            slowest = 0.0
             stop = asyncio.Event()
 
             async def client(n: int) -> None:
+                nonlocal slowest
                 c = a if n % 2 else b
                 while not stop.is_set():
+                    began = time.monotonic()
                     r = await asyncio.wait_for(c.post("/v1/responses", json={
                         "model": MODEL, "input": f"load {n}", "store": n % 4 != 0}), 10)
+                    slowest = max(slowest, time.monotonic() - began)
                     statuses.append(r.status_code)
                     if r.status_code == 200 and n % 4 != 0:
                         stored[r.json()["id"]] = r.json()["output"]
@@ -205,7 +209,11 @@ async def test_postgres_and_redis_going_away_under_load(tmp_path: Any) -> None:
             await asyncio.sleep(1.0)
             stop.set()
             await asyncio.gather(*clients)
-            assert set(statuses) <= {200, 503} and 503 in statuses and statuses[-16:].count(200) >= 8
+            # The outage was felt: a 503, or a stored answer held until its end could be stored (a
+            # non-stream response's start is written alongside its generation, and its end retried
+            # for END_WAIT: one that ran through the 0.7 s outage answers 200 once PostgreSQL is back).
+            assert set(statuses) <= {200, 503} and (503 in statuses or slowest >= 0.5)
+            assert statuses[-16:].count(200) >= 8
             for rid, output in stored.items():  # nothing lost or half-written
                 got = await (a if hash(rid) % 2 else b).get(f"/v1/responses/{rid}")
                 assert got.status_code == 200 and got.json()["output"] == output

@@ -1,0 +1,152 @@
+"""One write transaction in one hop to the connection's thread (app/stores/sqlite_db.py
+``write``): whole or not at all, a busy file waited for up to its deadline (then 503
+``store_busy``), a cancelled caller never leaves a transaction open; a stored response's
+write is that one hop (it was five: BEGIN, three statements, COMMIT)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+from app.stores import sqlite_db
+from app.stores.sqlite_db import StoreBusy, configure, write
+from app.stores.sqlite_responses import SqliteResponseStore
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _open(path: Path) -> aiosqlite.Connection:
+    db = await aiosqlite.connect(str(path))
+    await configure(db)
+    await db.execute("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v TEXT)")
+    await db.commit()
+    return db
+
+
+async def _rows(db: aiosqlite.Connection) -> list[tuple[Any, ...]]:
+    async with db.execute("SELECT k, v FROM t ORDER BY k") as cur:
+        return [tuple(row) for row in await cur.fetchall()]
+
+
+async def test_a_write_is_committed_whole_or_rolled_back_whole(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        def good(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t VALUES (1, 'a')")
+            return conn.execute("INSERT INTO t VALUES (2, 'b')").rowcount
+
+        assert await write(db, good) == 1
+
+        def bad(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (3, 'c')")
+            conn.execute("INSERT INTO t VALUES (1, 'dup')")  # IntegrityError mid-way
+
+        with pytest.raises(sqlite3.IntegrityError):
+            await write(db, bad)
+        assert not db.in_transaction
+        assert await _rows(db) == [(1, "a"), (2, "b")]  # nothing of the failed one
+        # committed: another connection sees it
+        other = await _open(tmp_path / "w.sqlite3")
+        assert await _rows(other) == [(1, "a"), (2, "b")]
+        await other.close()
+    finally:
+        await db.close()
+
+
+async def test_a_busy_file_is_waited_for(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    await db.execute("PRAGMA busy_timeout=20")  # SQLite's own wait short: ours retries
+    holder = sqlite3.connect(str(tmp_path / "w.sqlite3"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (9, 'held')")
+    asyncio.get_running_loop().call_later(0.3, holder.commit)
+    try:
+        began = time.monotonic()
+        await write(db, lambda conn: conn.execute("INSERT INTO t VALUES (1, 'a')"))
+        assert time.monotonic() - began >= 0.25
+        assert await _rows(db) == [(1, "a"), (9, "held")]
+    finally:
+        holder.close()
+        await db.close()
+
+
+async def test_a_file_busy_past_the_deadline_is_store_busy(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_db, "BUSY_MS", 300)
+    db = await _open(tmp_path / "w.sqlite3")
+    await db.execute("PRAGMA busy_timeout=20")
+    holder = sqlite3.connect(str(tmp_path / "w.sqlite3"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        with pytest.raises(StoreBusy) as raised:
+            await write(db, lambda conn: conn.execute("INSERT INTO t VALUES (1, 'a')"))
+        assert 0.25 <= time.monotonic() - began < 3
+        assert raised.value.status == 503
+        holder.rollback()
+        await write(db, lambda conn: conn.execute("INSERT INTO t VALUES (1, 'a')"))  # usable again
+        assert await _rows(db) == [(1, "a")]
+    finally:
+        holder.close()
+        await db.close()
+
+
+async def test_a_cancelled_caller_leaves_once_the_transaction_has_finished(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        def slow(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (1, 'a')")
+            time.sleep(0.2)  # in the connection's thread
+            conn.execute("INSERT INTO t VALUES (2, 'b')")
+
+        task = asyncio.ensure_future(write(db, slow))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - began >= 0.1  # it waited for the transaction's end
+        assert not db.in_transaction
+        assert await _rows(db) == [(1, "a"), (2, "b")]  # one transaction: it ran whole
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("item_bytes", [10, 20_000])  # a plain item; one stored as a blob
+async def test_a_stored_response_is_one_hop_to_the_connections_thread(tmp_path: Path, item_bytes: int,
+                                                                      ) -> None:
+    store = await SqliteResponseStore.open(tmp_path / "r.sqlite3")
+    db = store.connection
+    hops = 0
+    execute: Any = db._execute
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await execute(fn, *args, **kwargs)
+
+    db._execute = counted  # type: ignore[method-assign]
+    try:
+        items = [{"role": "user", "content": "x" * item_bytes}]
+        resource = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
+        await store.put(resource, items, "alice")
+        assert hops == 1
+        await store.put({**resource, "status": "completed"}, items, "alice")
+        assert hops == 2
+        await store.put_events("resp_1", "alice", [{"type": "response.completed"}])
+        assert hops == 3
+        db._execute = execute  # type: ignore[method-assign]
+        got = await store.get("resp_1", "alice")
+        assert got is not None and got.resource["status"] == "completed"
+        assert got.input_items == items
+        assert await store.get("resp_1", "bob") is None
+        assert await store.get_events("resp_1", "alice") == [{"type": "response.completed"}]
+    finally:
+        db._execute = execute  # type: ignore[method-assign]
+        await store.close()
