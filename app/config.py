@@ -151,8 +151,8 @@ class UpstreamSettings(_Strict):
                                           "this long is abandoned for the next one. Unset: no limit of "
                                           "its own (a stall uses the whole first_byte_timeout and is not "
                                           "failed over).")
-    max_connections: int = Field(default=256, description="Size of the connection pool shared by every "
-                                                          "backend.")
+    max_connections: int = Field(default=1024, description="Size of the connection pool shared by every "
+                                                           "backend, per worker.")
     max_attempts: int = Field(default=3, ge=1, description="Replicas tried when one fails before its "
                                                            "first byte.")
     retry_backoff: float = Field(default=0.05, ge=0, description="Seconds before the second attempt, "

@@ -10,6 +10,11 @@ with one raw asyncio HTTP/1.1 client (a connection per stream, no pool to queue 
 phases in turn: N streams straight to the fake, then N through the gateway. Streams start all
 at once (or spread over ``--ramp`` seconds).
 
+``--variant LABEL:NAME=VALUE,...`` (repeatable) compares gateway settings in one run: each
+variant starts its own gateway with the shipped defaults plus those environment variables
+(``workers=N|auto`` is ``serve --workers``), and ``--rounds R`` interleaves them (variant A,
+B, ..., then again); the direct phase runs before each, so added TTFB is per round.
+
 Reported per phase: completed (the whole answer, ``[DONE]`` through the gateway), 503s, other
 errors, wall time, most streams streaming at one instant, TTFB (connect → first response byte,
 and → first SSE ``data:`` event) p50 / p99 / max, and the CPU seconds of the gateway, the fake,
@@ -133,7 +138,8 @@ async def _health(port: int, stop: asyncio.Event, worst: list[float]) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _start_gateway(n: int, up_port: int, args: argparse.Namespace
+async def _start_gateway(n: int, up_port: int, args: argparse.Namespace,
+                         variant: dict[str, str] | None = None
                          ) -> tuple[asyncio.subprocess.Process, int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -141,11 +147,15 @@ async def _start_gateway(n: int, up_port: int, args: argparse.Namespace
     env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
     env.update({"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": f"http://127.0.0.1:{up_port}",
                 "OCMGW__store__path": ":memory:"})
-    if not args.default_limits:
+    if variant is not None:
+        env.update({k: v for k, v in variant.items() if k != "workers"})
+    elif not args.default_limits:
         env.update({"OCMGW__limits__max_inflight": str(n), "OCMGW__upstream__max_connections": str(n)})
+    workers = (variant or {}).get("workers", "1")
     exe = Path(sys.executable).with_name("ocm-gateway")
     gw = await asyncio.create_subprocess_exec(
-        str(exe), "serve", "--port", str(port), "--log-level", "error", cwd=ROOT, env=env,
+        str(exe), "serve", "--port", str(port), "--log-level", "error", "--workers", workers,
+        cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     for _ in range(300):
         try:
@@ -169,15 +179,17 @@ async def _measured(port: int, gateway: bool, args: argparse.Namespace, n: int,
     return _summary(results, wall) | {"cpu_s": meter.stop()}, results, t0
 
 
-async def run(n: int, fake: asyncio.subprocess.Process, up_port: int, args: argparse.Namespace
-              ) -> dict[str, Any]:
-    gw, port = await _start_gateway(n, up_port, args)
+async def run(n: int, fake: asyncio.subprocess.Process, up_port: int, args: argparse.Namespace,
+              variant: dict[str, str] | None = None) -> dict[str, Any]:
+    gw, port = await _start_gateway(n, up_port, args, variant)
     # the client alone: the fake and the gateway are its children
     roots = {"gateway": tree(gw.pid), "fake": tree(fake.pid), "client": [os.getpid()]}
     try:
         warm = json.dumps({"model": "gpt-oss", "stream": True, "seed": WARM_UP,
                            "messages": [{"role": "user", "content": "hi"}]}).encode()
-        for _ in range(3):  # first-request imports and caches; the fake answers these unpaced
+        workers = (variant or {}).get("workers", "1")
+        # first-request imports and caches (each worker's); the fake answers these unpaced
+        for _ in range(3 * (int(workers) if workers.isdigit() else os.cpu_count() or 1)):
             await _stream(port, b"/v1/chat/completions", warm, 0, True, 30)
         direct = (await _measured(up_port, False, args, n, roots))[0]
         await asyncio.sleep(0.5)
@@ -230,12 +242,21 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
         up_port = int(await asyncio.wait_for(fake.stdout.readline(), 30))
         runs = []
         for n in args.streams or [1000]:
-            runs.append(await run(n, fake, up_port, args))
-            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+            for round_ in range(args.rounds):
+                for label, variant in (args.variant or [("", None)]):
+                    result = await run(n, fake, up_port, args, variant)
+                    runs.append(({"variant": label, "round": round_ + 1} if label else {}) | result)
+                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         return runs
     finally:
         fake.terminate()
         await fake.wait()
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    label, _, pairs = text.partition(":")
+    settings = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    return label or "default", settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ramp", type=float, default=0.0, help="spread stream starts over this")
     parser.add_argument("--timeout", type=float, default=120.0, help="per stream, seconds")
     parser.add_argument("--default-limits", action="store_true",
-                        help="keep the gateway's admission defaults (256 in flight, queue 1,024)")
+                        help="keep the gateway's admission defaults (1,024 in flight, queue 1,024)")
+    parser.add_argument("--variant", type=_variant, action="append",
+                        help="LABEL:NAME=VALUE,... gateway settings to compare (repeatable; "
+                             "workers=N|auto is serve --workers); the shipped defaults otherwise")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the variants")
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args(argv)
     nofile = _raise_nofile()
@@ -255,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     setup = (f"fake upstream: headers at once, first event after {args.ttft * 1000:.0f} ms, then "
              f"{args.tokens + 4} events {args.gap * 1000:.0f} ms apart; streams started "
              + (f"over {args.ramp} s" if args.ramp else "all at once") + "; gateway limits "
-             + ("default" if args.default_limits else "max_inflight = upstream pool = streams")
+             + ("per variant" if args.variant else "default" if args.default_limits
+                else "max_inflight = upstream pool = streams")
              + f"; open files limit {nofile[0]}; {os.cpu_count()} CPUs; {_tree_state()}.")
     print(markdown(runs, setup))
     if args.json:

@@ -183,6 +183,12 @@ def _dist(d: dict[str, Any]) -> str:
     return " / ".join(_f(d[k]) for k in ("p50", "p99", "max"))
 
 
+def _label(run: dict[str, Any]) -> str:
+    """The streams, with the variant and round when the run compared several."""
+    variant = f" {run['variant']} r{run['round']}" if run.get("variant") else ""
+    return f"{run['streams']:,}{variant}"
+
+
 def markdown(runs: list[dict[str, Any]], setup: str) -> str:
     """Two tables: every phase (direct and through the gateway), then the gateway summary."""
     lines = [f"Setup: {setup}", "",
@@ -195,7 +201,7 @@ def markdown(runs: list[dict[str, Any]], setup: str) -> str:
         for name in ("direct", "gateway"):
             p = run[name]
             cpu = " / ".join(_f(p["cpu_s"].get(k), "{:.1f}") for k in ("gateway", "fake", "client", "other"))
-            lines.append(f"| {run['streams']:,} | {name} | {p['completed']:,} | {p['refused_503']:,} "
+            lines.append(f"| {_label(run)} | {name} | {p['completed']:,} | {p['refused_503']:,} "
                          f"| {p['other_errors']:,} | {p['wall_s']:.1f} | {p['peak_overlap']:,} "
                          f"| {_dist(p['ttfb_event_ms'])} | {_dist(p['ttfb_byte_ms'])} | {cpu} |")
     lines += ["", "### Gateway", "",
@@ -204,7 +210,7 @@ def markdown(runs: list[dict[str, Any]], setup: str) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         g = run["gateway"]
-        lines.append(f"| {run['streams']:,} | {g['errors']:,} | {g['completed']:,} | {g['wall_s']:.1f} "
+        lines.append(f"| {_label(run)} | {g['errors']:,} | {g['completed']:,} | {g['wall_s']:.1f} "
                      f"| {g['rss_peak_mb']:.0f} / {g['rss_hwm_mb']:.0f} | {g['rss_idle_mb']:.0f} "
                      f"| {g['cpu_s']['gateway']:.1f} | {_f(run['added_ttfb_ms']['p50'])} / "
                      f"{_f(run['added_ttfb_ms']['p99'])} | {g['health_worst_s']:.2f} |")

@@ -14,15 +14,16 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import resource
 import sys
 
 import uvicorn
 
-from app.cli import embedded
+from app.cli import embedded, workers
 from app.cli.errors import config_problem
 from app.cli.parser import build_parser, subparsers
 from app.config import load_config
-from app.http.server import MAX_HEAD, protocol_class
+from app.http.server import MAX_HEAD, connection_cap, protocol_class
 from app.http.ws_protocol import GracefulWebSocketProtocol
 
 
@@ -30,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.config:
         os.environ["OCMGW_CONFIG"] = os.path.abspath(args.config)
     if args.embedded:
-        if args.workers != 1:
+        if args.workers not in (1, workers.AUTO):
             print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
             return 2
         try:
@@ -63,6 +64,17 @@ def _serve(args: argparse.Namespace) -> int:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
               "OCMGW_BACKEND_URL)", file=sys.stderr)
         return 2
+    count, why = workers.choose(args.workers, store_path=cfg.store.path, store_url=cfg.store.url,
+                                embedded=bool(args.embedded))
+    if args.workers == workers.AUTO:
+        print(f"ocm-gateway: --workers auto: {count} worker{'s' if count > 1 else ''} ({why})",
+              file=sys.stderr)
+    need = connection_cap(cfg) + cfg.upstream.max_connections + 256  # + store, files, logs
+    soft, _ = workers.raise_open_files(need)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        print(f"ocm-gateway: the open-files limit is {soft}, below the {need} this configuration can "
+              "open per worker ([limits] max_connections + [upstream] max_connections); raise it "
+              "(ulimit -n) or lower those", file=sys.stderr)
     log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     log_config["formatters"]["json_lines"] = {"format": "%(message)s"}
     log_config["handlers"]["json_lines"] = {"class": "logging.StreamHandler", "formatter": "json_lines",
@@ -76,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
         factory=True,
         host=args.host or cfg.host,
         port=args.port or cfg.port,
-        workers=args.workers,
+        workers=count,
         log_level=args.log_level,
         lifespan="on",
         loop=args.loop,  # "auto": uvloop when installed (measured no faster here: not a dependency)

@@ -34,7 +34,7 @@ from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
 from app.engine.replay import Replay, ReplayReader
 from app.engine.run import Mode, Run, RunHooks
-from app.engine.signals import LocalSignals, RemoteReader, Signals
+from app.engine.signals import LocalSignals, RemoteReader, Signals, SignalsUnavailable
 from app.items import compact, file_jobs
 from app.items.file_ids import has_file_ids, inline_file_ids
 from app.items.messages import new_input_items
@@ -58,6 +58,18 @@ Json = dict[str, Any]
 log = logging.getLogger("ocm_gateway")
 CONVERSATION = "conversation"  # the label of context items that come from a conversation
 BIG = 256  # items: more are resolved / compacted in a worker thread (the event loop stays free)
+
+
+class _StoreCancels(LocalSignals):
+    """No Redis: a cancel of a run another process runs on the same store (a worker of
+    ``--workers N``) is recorded there (``SignalsUnavailable`` is what sends
+    :func:`cancel_elsewhere` that way); the owner's heartbeat reads it."""
+
+    async def cancel(self, run_id: str) -> None:
+        raise SignalsUnavailable("no Redis: the cancel goes through the store")
+
+
+_THROUGH_THE_STORE = _StoreCancels()
 
 
 def _not_found(response_id: str, param: str = "response_id") -> NotFound:
@@ -384,8 +396,9 @@ class ResponsesService:
         if run is not None:
             run.cancel()
             await run.finished(within=15)
-        elif stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
-            await delete_elsewhere(self.signals, response_id, lambda: self._stored(response_id, who),
+        elif stored.resource["status"] in ("queued", "in_progress"):  # another process's (as cancel)
+            await delete_elsewhere(self.signals if self.signals.shared else _THROUGH_THE_STORE,
+                                   response_id, lambda: self._stored(response_id, who),
                                    lambda: self.store.request_cancel(response_id, who.tenant),
                                    self.registry.config.store.heartbeat_seconds)
         if not await self.store.delete(response_id, who.tenant):
@@ -395,10 +408,14 @@ class ResponsesService:
         run = self._inflight(response_id, who)
         if run is None:
             stored = await self._stored(response_id, who)
-            if stored.resource["status"] in ("queued", "in_progress") and self.signals.shared:
-                beat = self.registry.config.store.heartbeat_seconds  # Redis down: the owner's
-                return await cancel_elsewhere(  # next heartbeat reads the recorded cancel
-                    self.signals, response_id, lambda: self._stored(response_id, who),
+            if stored.resource["status"] in ("queued", "in_progress"):
+                # Another process runs it: a replica (Redis, or Redis down: the owner's next
+                # heartbeat reads the recorded cancel), or without Redis another worker of
+                # --workers N on this SQLite file, reached through the store the same way.
+                beat = self.registry.config.store.heartbeat_seconds
+                return await cancel_elsewhere(
+                    self.signals if self.signals.shared else _THROUGH_THE_STORE, response_id,
+                    lambda: self._stored(response_id, who),
                     lambda: self.store.request_cancel(response_id, who.tenant),
                     record_wait=min(beat + 1.0, 10.0))
             raise InvalidRequest(f"Response {response_id!r} is not in progress (status "

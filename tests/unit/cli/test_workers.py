@@ -1,0 +1,117 @@
+"""``serve --workers N|auto``: parsing, the CPUs this process may use, and what serve passes on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from app.cli import main as cli_main
+from app.cli import workers
+from app.cli.parser import build_parser
+
+
+def test_the_option_takes_a_positive_count_or_auto() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--workers", "auto"]).workers == "auto"
+    assert parser.parse_args(["serve", "--workers", "AUTO"]).workers == "auto"
+    assert parser.parse_args(["serve", "--workers", "3"]).workers == 3
+    assert parser.parse_args(["serve"]).workers == 1  # the default stays one process
+    for bad in ("0", "-2", "two", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            workers.parse_workers(bad)
+
+
+def test_a_usage_error_for_a_bad_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["serve", "--workers", "many"]) == 2
+    assert "positive integer or 'auto'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("files", "quota"), [
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu.max": "50000 100000\n"}, 0.5),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "garbage\n"}, None),
+    ({}, None),
+])
+def test_the_cgroup_quota_v2_and_v1(tmp_path: Path, files: dict[str, str], quota: float | None) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert workers.cgroup_quota(tmp_path) == quota
+
+
+def test_available_cpus_is_the_affinity_capped_by_the_quota(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert workers.available_cpus(tmp_path) == (4, "4 CPUs in this process's affinity mask")
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs: two processes can use them
+    assert workers.available_cpus(tmp_path) == (2, "4 CPUs in this process's affinity mask, "
+                                                   "cgroup CPU quota 1.5")
+    (tmp_path / "cpu.max").write_text("20000 100000\n")
+    assert workers.available_cpus(tmp_path)[0] == 1
+    (tmp_path / "cpu.max").write_text("800000 100000\n")  # a quota above the affinity: the affinity
+    assert workers.available_cpus(tmp_path)[0] == 4
+
+
+def test_auto_is_one_when_workers_could_not_share_their_state() -> None:
+    cpus = (4, "4 CPUs")
+    assert workers.choose("auto", store_path=":memory:", store_url=None, embedded=False,
+                          cpus=cpus) == (1, "the store is :memory:, which worker processes cannot share")
+    assert workers.choose("auto", store_path="/data/r.sqlite3", store_url=None, embedded=True,
+                          cpus=cpus)[0] == 1
+    assert workers.choose("auto", store_path="/data/r.sqlite3", store_url=None, embedded=False,
+                          cpus=cpus) == (4, "4 CPUs")
+    # PostgreSQL holds the state: the unused :memory: path does not matter
+    assert workers.choose("auto", store_path=":memory:", store_url="postgresql://db/x", embedded=False,
+                          cpus=cpus)[0] == 4
+    assert workers.choose(3, store_path=":memory:", store_url=None, embedded=False,
+                          cpus=cpus) == (3, "--workers")
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: str) -> dict[str, Any]:
+    for name in [n for n in os.environ if n.startswith("OCMGW")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OCMGW_MODEL", "m")
+    monkeypatch.setenv("OCMGW_BACKEND_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("OCMGW__store__path", store)
+    monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs in this process's affinity mask"))
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    assert cli_main.main(["serve", *argv]) == 0
+    return seen
+
+
+def test_serve_auto_runs_the_counted_workers_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert _serve(monkeypatch, tmp_path, str(tmp_path / "r.sqlite3"), "--workers", "auto")["workers"] == 3
+    assert ("--workers auto: 3 workers (3 CPUs in this process's affinity mask)"
+            in capsys.readouterr().err)
+    assert _serve(monkeypatch, tmp_path, ":memory:", "--workers", "auto")["workers"] == 1
+    assert "--workers auto: 1 worker (the store is :memory:" in capsys.readouterr().err
+    assert _serve(monkeypatch, tmp_path, ":memory:", "--workers", "2")["workers"] == 2
+    assert _serve(monkeypatch, tmp_path, ":memory:")["workers"] == 1
+    assert "--workers auto" not in capsys.readouterr().err
+
+
+def test_serve_raises_the_open_files_limit_for_its_connections(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """The defaults can open 2,304 client connections and 1,024 upstream ones per worker: a soft
+    limit of 1,024 (the common default) is raised towards the hard limit before serving."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2304 + 1024 + 256
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        _serve(monkeypatch, tmp_path, ":memory:")
+        after = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert after == (need if hard == resource.RLIM_INFINITY else min(need, hard))
+        assert workers.raise_open_files(10) == (after, hard)  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
