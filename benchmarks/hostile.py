@@ -112,6 +112,12 @@ def _tokenizer_cases() -> list[tuple[str, str, Json]]:
         ("14 MB function_call_output", "/v1/responses", create(output)),
         ("input_tokens, 100,000 short messages", "/v1/responses/input_tokens",
          {"model": HARMONY_MODEL, "input": [{"role": "user", "content": f"m{i}"} for i in range(100_000)]}),
+        ("100,000 short messages: Responses create", "/v1/responses",
+         {"model": HARMONY_MODEL, "input": [{"role": "user", "content": f"m{i}"} for i in range(100_000)],
+          "max_output_tokens": 8}),
+        ("100,000 short messages: Messages count_tokens", "/v1/messages/count_tokens",
+         {"model": HARMONY_MODEL, "messages": [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"}
+                                               for i in range(99_999)]}),
         ("1.1 MB spaces: chat", "/v1/chat/completions", chat(spaces)),
         ("1.1 MB spaces: chat stream", "/v1/chat/completions", chat(spaces, stream=True)),
         ("1.1 MB spaces: Responses input", "/v1/responses", create(spaces)),

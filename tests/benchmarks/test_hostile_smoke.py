@@ -28,6 +28,8 @@ EXPECTED = {
     "14 MB ordinary chat message": (400, "context_length_exceeded"),
     "14 MB function_call_output": (400, "context_length_exceeded"),
     "input_tokens, 100,000 short messages": (200, None),
+    "100,000 short messages: Responses create": (400, "context_length_exceeded"),
+    "100,000 short messages: Messages count_tokens": (200, None),
     "1.1 MB spaces: chat": (400, "context_length_exceeded"),
     "1.1 MB spaces: chat stream": (400, "context_length_exceeded"),
     "1.1 MB spaces: Responses input": (400, "context_length_exceeded"),

@@ -15,6 +15,7 @@ Anthropic's envelope (:mod:`app.http.anthropic`).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from fastapi import APIRouter, Request
@@ -45,6 +46,9 @@ from app.tools.base import Toolboxes
 from schemas.messages import CountTokensRequest, MessagesRequest, ServerTool
 
 router = APIRouter(route_class=GatewayRoute)
+
+
+BIG = 256  # messages: a longer conversation is converted in a worker thread
 
 
 def _sealer(request: Request) -> Sealer:
@@ -80,7 +84,8 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     model = engine.registry.canonical(body.model)  # the answer names the model asked for
     check_model(request, model)
     await read_documents(body, request)  # after the key may use the model: PDFs are work
-    ingest = ingest_messages(body, _opener(request))
+    ingest = (await asyncio.to_thread(ingest_messages, body, _opener(request)) if len(body.messages) > BIG
+              else ingest_messages(body, _opener(request)))  # a long history: CPU off the event loop
     message_id = random_id("msg_")
     sealer, who = _sealer(request), principal(request)
     services, settings = request.app.state.responses, engine.registry.config.tools
@@ -126,7 +131,8 @@ async def count_message_tokens(body: CountTokensRequest, request: Request) -> Re
     model = engine.registry.canonical(body.model)
     check_model(request, model)
     await read_documents(body, request)
-    conversation, params = conversation_of(body, _opener(request))
+    conversation, params = (await asyncio.to_thread(conversation_of, body, _opener(request))
+                            if len(body.messages) > BIG else conversation_of(body, _opener(request)))
     counted = await count_tokens(engine.registry, model, conversation, params)
     headers = {} if counted.exact else {"ocm-token-count": "estimated"}
     return JSONResponse({"input_tokens": counted.tokens}, headers=headers)

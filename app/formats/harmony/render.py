@@ -51,7 +51,6 @@ from openai_harmony import (
     RenderConversationConfig,
     Role,
     SystemContent,
-    TextContent,
     ToolDescription,
     ToolNamespaceConfig,
 )
@@ -142,7 +141,31 @@ def developer_message(instructions: str, tools: tuple[m.FunctionTool, ...], *,
 
 
 def _text_only(msg: m.Message, index: int) -> str:
+    content = msg.content
+    if len(content) == 1 and type(content[0]) is m.TextPart:  # the common case, without a scan
+        return content[0].text
     return text_only(msg, index, "This model's prompt format (harmony)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """A history message as the text message openai-harmony would be given (all of them are):
+    rendered from its cached frame without building openai-harmony's pydantic ``Message``
+    (three models a message: 100,000 messages took ~2 s of a 3.4 s render)."""
+
+    role: Role
+    text: str
+    channel: str | None = None
+    recipient: str | None = None
+    content_type: str | None = None
+    name: str | None = None
+
+    def message(self) -> Message:
+        """The openai-harmony message this stands for."""
+        out = Message.from_author_and_content(Author(role=self.role, name=self.name), self.text)
+        out = out.with_channel(self.channel) if self.channel is not None else out
+        out = out.with_recipient(self.recipient) if self.recipient is not None else out
+        return out.with_content_type(self.content_type) if self.content_type is not None else out
 
 
 def _has_later_answer(messages: tuple[m.Message, ...], index: int) -> bool:
@@ -159,8 +182,14 @@ def _code(arguments: str) -> str:
 
 
 def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
+    """The instructions and the history as openai-harmony messages (:func:`_texts`)."""
+    instructions, texts = _texts(conv)
+    return instructions, [t.message() for t in texts]
+
+
+def _texts(conv: m.Conversation) -> tuple[str, list[_Text]]:
     instructions: list[str] = []
-    out: list[Message] = []
+    out: list[_Text] = []
     call_names: dict[str, str] = {}  # call id -> the recipient it was sent to
     recipients = {t.name: t.recipient for t in conv.tools}
     builtin = {t.name for t in conv.tools if t.builtin}  # gpt-oss calls these in analysis
@@ -173,39 +202,31 @@ def _history(conv: m.Conversation) -> tuple[str, list[Message]]:
             if text:
                 instructions.append(text)
         elif msg.role == "user":
-            out.append(Message.from_role_and_content(Role.USER, _text_only(msg, i)))
+            out.append(_Text(Role.USER, _text_only(msg, i)))
         elif msg.role == "assistant":
             text = _text_only(msg, i)
             if msg.tool_calls:
                 if msg.reasoning and not _has_later_answer(msgs, i):
-                    out.append(Message.from_role_and_content(Role.ASSISTANT, msg.reasoning)
-                               .with_channel("analysis"))
+                    out.append(_Text(Role.ASSISTANT, msg.reasoning, "analysis"))
                 if text:
-                    out.append(Message.from_role_and_content(Role.ASSISTANT, text)
-                               .with_channel("commentary"))
+                    out.append(_Text(Role.ASSISTANT, text, "commentary"))
                 for call in msg.tool_calls:
                     call_names[call.id] = recipients.get(call.name, f"functions.{call.name}")
                     channels[call.id] = "analysis" if call.name in builtin else "commentary"
                     if call_names[call.id] == "python":  # the built-in takes the code itself
-                        out.append(Message.from_role_and_content(Role.ASSISTANT, _code(call.arguments))
-                                   .with_channel("analysis").with_recipient("python"))
+                        out.append(_Text(Role.ASSISTANT, _code(call.arguments), "analysis", "python"))
                         continue
-                    out.append(Message.from_role_and_content(Role.ASSISTANT, call.arguments)
-                               .with_channel(channels[call.id])
-                               .with_recipient(call_names[call.id])
-                               .with_content_type("<|constrain|>json"))
+                    out.append(_Text(Role.ASSISTANT, call.arguments, channels[call.id],
+                                     call_names[call.id], "<|constrain|>json"))
             else:
-                out.append(Message.from_role_and_content(Role.ASSISTANT, text)
-                           .with_channel("final"))
+                out.append(_Text(Role.ASSISTANT, text, "final"))
         else:  # tool
             name = call_names.get(msg.tool_call_id or "")
             if name is None:
                 raise InvalidRequest("Tool message does not answer a known tool call.",
                                      param=f"messages[{i}].tool_call_id")
-            out.append(Message.from_author_and_content(Author.new(Role.TOOL, name),
-                                                       _text_only(msg, i))
-                       .with_recipient("assistant")
-                       .with_channel(channels.get(msg.tool_call_id or "", "commentary")))
+            channel = channels.get(msg.tool_call_id or "", "commentary")
+            out.append(_Text(Role.TOOL, _text_only(msg, i), channel, "assistant", name=name))
     return "\n\n".join(instructions), out
 
 
@@ -302,28 +323,19 @@ def _prefix_ids(enc: HarmonyEncoding, opts: HarmonyOptions, effort: m.ReasoningE
     return ids
 
 
-def _message_ids(enc: HarmonyEncoding, message: Message) -> list[int]:
-    """One history message as token ids. A user message or an assistant message on a channel,
-    without recipient or content type, is its cached header + its text encoded as ordinary
-    text (special-token text stays characters) + ``<|end|>``: the ids openai-harmony's
-    ``render`` gives (``tests/unit/formats/harmony/test_render_cache.py``) at ~4 µs instead of
-    ~130 µs a message, which for an agent's 50-message history is most of a request's CPU."""
-    content = message.content
-    role = message.author.role
-    if (role in (Role.USER, Role.ASSISTANT) and message.author.name is None
-            and message.recipient is None and message.content_type is None
-            and len(content) == 1 and isinstance(content[0], TextContent)):
-        return [*_header_ids(enc, role, message.channel), *encode_text(enc, content[0].text), END]
-    if len(content) == 1 and isinstance(content[0], TextContent):
-        # Any other text message (a tool call, a tool's output: an agent's history is mostly
-        # these, and the agentic loop re-renders them every step): its cached frame (header
-        # and end, openai-harmony's render of the message with empty text) around the text
-        # encoded as ordinary text, which also keeps a long run out of openai-harmony's
-        # superlinear encoder (harmony/text.py).
-        frame = _frame_ids(enc, role, message.author.name, message.recipient, message.channel,
-                           message.content_type)
-        return [*frame[:-1], *encode_text(enc, content[0].text), frame[-1]]
-    return list(enc.render(message))
+def _message_ids(enc: HarmonyEncoding, message: _Text) -> list[int]:
+    """One history message as token ids: its cached frame (openai-harmony's render of the
+    message with empty text: header, ``<|message|>``, end) around its text encoded as ordinary
+    text (special-token text stays characters): the ids openai-harmony's ``render`` gives
+    (``tests/unit/formats/harmony/test_render_cache.py``) at a few µs instead of ~130 µs a
+    message, which for an agent's history is most of a request's CPU; it also keeps a long
+    run out of openai-harmony's superlinear encoder (harmony/text.py)."""
+    if message.name is None and message.recipient is None and message.content_type is None:
+        frame = _header_ids(enc, message.role, message.channel)
+        return [*frame, *encode_text(enc, message.text), END]
+    frame = _frame_ids(enc, message.role, message.name, message.recipient, message.channel,
+                       message.content_type)
+    return [*frame[:-1], *encode_text(enc, message.text), frame[-1]]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -374,7 +386,7 @@ def render_harmony(conv: m.Conversation, params: m.GenerationParams,
     # ``allowed`` narrows what may be *called* (enforced by prefill and the pipeline's tool
     # guard), not what the model sees: all tools stay in the prompt, which keeps it cacheable.
     tools = conv.tools if params.tool_choice.mode != "none" else ()
-    instructions, history = _history(conv)
+    instructions, history = _texts(conv)
     effort = params.reasoning_effort or opts.default_reasoning_effort
     start, stops = _constants(enc)
     ids = [*_prefix_ids(enc, opts, effort, instructions, tools, conv.response_format),

@@ -1,0 +1,45 @@
+"""A long conversation on ``/v1/messages`` and ``/v1/messages/count_tokens`` is converted in a
+worker thread (``routes.BIG`` messages and more), never on the event loop; a short one inline.
+The count is the same either way: the prompt the create sends."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from app.api.messages import routes
+from app.api.messages.ingest import conversation_of as real_count
+from app.api.messages.ingest import ingest_messages as real_create
+from tests.support.anthropic_sdk import clients
+from tests.support.fake_llamacpp import FakeLlamaCpp
+from tests.support.gateway import MODEL
+
+ANSWER = "<|channel|>final<|message|>Hi.<|return|>"
+
+
+def _turns(n: int) -> list[Any]:
+    return [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(n)]
+
+
+@pytest.mark.parametrize("n, off_loop", [(3, False), (routes.BIG + 1, True)])
+async def test_long_conversations_are_converted_off_the_event_loop(
+        n: int, off_loop: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[bool] = []
+    def conversation_of(*args: Any) -> Any:
+        threads.append(threading.current_thread() is not threading.main_thread())
+        return real_count(*args)
+
+    def ingest_messages(*args: Any) -> Any:
+        threads.append(threading.current_thread() is not threading.main_thread())
+        return real_create(*args)
+
+    monkeypatch.setattr(routes, "conversation_of", conversation_of)
+    monkeypatch.setattr(routes, "ingest_messages", ingest_messages)
+    upstream = FakeLlamaCpp(ANSWER)
+    async with clients(upstream.transport()) as c:
+        counted = await c.sdk.messages.count_tokens(model=MODEL, messages=_turns(n))
+        await c.sdk.messages.create(model=MODEL, max_tokens=20, messages=_turns(n))
+    assert threads == [off_loop, off_loop]
+    assert counted.input_tokens == len(upstream.requests[0]["prompt"])
