@@ -23,7 +23,12 @@ index, English stemming) for the keyword ranking.
   the hybrid ranking no better than the vector one; docs/knowledge.md).  The document
   frequencies are those of the searched stores only (counted per store, cached), so another
   tenant's uploads move no score.  The vector and the keyword rankings run at once, on two
-  connections.
+  connections.  The keyword ranking reads a narrow copy of each chunk's ``tsvector``
+  (``vector_store_chunk_words``: id, store, tsvector kept in the row, its own GIN index, rows
+  deleted with their chunk), not the wide chunk rows whose TOASTed tsvectors made it cost
+  ~100 ms at 100k chunks; a database from before it is backfilled once when the table is
+  created (:data:`BACKFILL_WORDS`).  A filtered keyword ranking reads the wide rows (it needs
+  their attributes).
 * Filters are :func:`app.knowledge.filters.postgres_where` over the ``attributes`` jsonb.
   Failures of the server are 503 ``store_unavailable`` (:func:`app.stores.postgres.guard`).
 """
@@ -74,6 +79,20 @@ CREATE TABLE IF NOT EXISTS vector_store_chunk_counts (
     n BIGINT NOT NULL
 );
 """
+_WORDS = """
+-- the keyword search's narrow copy: a chunk's tsvector without its vector, text and attributes,
+-- kept in the row (compressed) where it fits, so ranking a word's matches reads few pages
+CREATE TABLE IF NOT EXISTS vector_store_chunk_words (
+    id BIGINT PRIMARY KEY REFERENCES vector_store_chunks (id) ON DELETE CASCADE,
+    vector_store_id TEXT NOT NULL,
+    tsv tsvector NOT NULL
+);
+ALTER TABLE vector_store_chunk_words ALTER COLUMN tsv SET STORAGE MAIN;
+CREATE INDEX IF NOT EXISTS vector_store_chunk_words_tsv ON vector_store_chunk_words USING GIN (tsv);
+"""
+# a database whose chunks predate the narrow table: copied once, when the table is created
+BACKFILL_WORDS = ("INSERT INTO vector_store_chunk_words (id, vector_store_id, tsv) SELECT id, "
+                  "vector_store_id, tsv FROM vector_store_chunks ON CONFLICT (id) DO NOTHING")
 INSTALL_HINT = (
     "Install pgvector on the database server (Debian/Ubuntu with the PostgreSQL apt repository: "
     "`apt install postgresql-<version>-pgvector`; Docker: the `pgvector/pgvector:pg17` image; a "
@@ -128,6 +147,10 @@ async def migrate_index(pool: asyncpg.Pool) -> bool:
                     f"The PostgreSQL store has no pgvector extension, which vector stores and "
                     f"file_search need ({type(exc).__name__}: {exc}). {INSTALL_HINT}") from None
         await conn.execute(_TABLES)
+        if await conn.fetchval("SELECT to_regclass('vector_store_chunk_words')") is None:
+            await conn.execute(_WORDS)
+            await conn.execute(BACKFILL_WORDS)
+            await conn.execute("ANALYZE vector_store_chunk_words")
         version = str(await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
     major, minor = (int(p) for p in [*version.split("."), "0"][:2])
     return (major, minor) >= (0, 8)
@@ -178,6 +201,11 @@ class PostgresChunkIndex:
                     "INSERT INTO vector_store_chunks (vector_store_id, file_id, chunk_index, filename, text, "
                     "attributes, dims, embedding) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::vector)",
                     rows)
+                await conn.execute(
+                    "INSERT INTO vector_store_chunk_words (id, vector_store_id, tsv) SELECT id, "
+                    "vector_store_id, tsv FROM vector_store_chunks WHERE vector_store_id = $1 AND "
+                    "file_id = ANY($2::text[])",
+                    store, files)
                 await conn.execute(
                     "INSERT INTO vector_store_chunk_counts VALUES ($1, $2, $3) ON CONFLICT (vector_store_id) "
                     "DO UPDATE SET dims = excluded.dims, n = vector_store_chunk_counts.n + excluded.n",
@@ -258,7 +286,7 @@ class PostgresChunkIndex:
             missing = [t for t in terms if t not in known]
             if missing:
                 found = await conn.fetch(
-                    "SELECT u.t, (SELECT count(*) FROM vector_store_chunks WHERE vector_store_id = $1 "
+                    "SELECT u.t, (SELECT count(*) FROM vector_store_chunk_words WHERE vector_store_id = $1 "
                     "AND tsv @@ plainto_tsquery('english', u.t)) FROM unnest($2::text[]) AS u(t)",
                     store, missing)
                 known.update({str(r[0]): int(r[1]) for r in found})
@@ -280,11 +308,15 @@ class PostgresChunkIndex:
             if not weights:
                 return []
             where, args = _where(query, 3 + 2 * len(weights))
+            # without a filter, the narrow table (the wide rows' TOASTed tsvectors made the keyword
+            # leg ~3x slower, benchmarks/RESULTS.md); a filter needs the wide rows' attributes
+            # anyway, and joining the narrow table to them measured slower than the wide table
+            table = "vector_store_chunk_words" if query.filters is None else "vector_store_chunks"
             # one branch per word, each found through the GIN index with its own tsquery (a join
             # on the words would let the planner scan the store's rows instead)
             branches = " UNION ALL ".join(
                 f"SELECT id, ${4 + 2 * i}::float8 * ts_rank(tsv, plainto_tsquery('english', ${3 + 2 * i}), "
-                f"1) AS r FROM vector_store_chunks WHERE tsv @@ plainto_tsquery('english', ${3 + 2 * i}) "
+                f"1) AS r FROM {table} WHERE tsv @@ plainto_tsquery('english', ${3 + 2 * i}) "
                 f"AND vector_store_id = ANY($1::text[]) AND {where}" for i in range(len(weights)))
             pairs = [v for t, w in weights.items() for v in (t, w)]
             rows = await conn.fetch(f"SELECT id, sum(r) AS r FROM ({branches}) AS m GROUP BY id "

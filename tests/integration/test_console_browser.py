@@ -85,6 +85,17 @@ context_window = 4096
     return path
 
 
+def _row_cells(driver: WebDriver, column: int, text: str) -> list[str]:
+    """The cells of the usage table's row whose ``column`` reads ``text``, read in one script
+    (the page redraws the table every 2 s: elements found one call earlier go stale)."""
+    cells: list[str] = driver.execute_script("""
+        const [column, text] = arguments;
+        const row = [...document.querySelectorAll("#usage-table tr")].find(
+            (tr) => tr.cells[column] && tr.cells[column].textContent === text);
+        return row ? [...row.cells].map((td) => td.textContent) : [];""", column, text)
+    return cells
+
+
 def _tab(driver: WebDriver, name: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'#tabs button[data-tab="{name}"]').click()
 
@@ -125,13 +136,14 @@ def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path
         # the usage appears
         _tab(browser, "usage")
         wait.until(ec.text_to_be_present_in_element((By.ID, "usage-table"), "team-search"))
-        row = browser.find_element(By.XPATH, "//div[@id='usage-table']//tr[td[text()='scripted-final']]")
-        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        cells = _row_cells(browser, 1, "scripted-final")  # in one script: the table redraws every 2 s
         assert cells[2] == "1" and cells[3] == f"{answer.usage.prompt_tokens:,}", cells
-        bars = browser.find_elements(By.CSS_SELECTOR, "#chart svg rect")
         # a fresh gateway's first hour is a bar of the axis' 12 hours, not a hairline at the right
-        # edge of a 7-day axis (600 / 12 * 0.8 = 40 units wide)
-        assert len(bars) == 1 and float(bars[0].get_attribute("width") or 0) >= 30
+        # edge of a 7-day axis (600 / 12 * 0.8 = 40 units wide); read in one script: the page
+        # redraws the chart every 2 s
+        widths = browser.execute_script('return [...document.querySelectorAll("#chart svg rect")]'
+                                        '.map((r) => Number(r.getAttribute("width")));')
+        assert len(widths) == 1 and widths[0] >= 30, widths
         SHOTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(SHOTS / "console-usage.png"))
 
@@ -243,10 +255,7 @@ def test_console_on_a_busy_gateway(browser: WebDriver, tmp_path: Path) -> None:
         assert len({round(x) for x in xs}) == 12, "one stack per 6 hours of data"
         assert xs[0] < 30 and xs[-1] > 550, "the axis starts at the first data and ends now"
         assert sum(1 for _, series in chart["bars"] if series == "4 others") == 12
-        cells = browser.execute_script("""
-            const row = [...document.querySelectorAll("#usage-table tr")].find(
-                (tr) => tr.cells[0] && tr.cells[0].textContent === "team-0");
-            return [...row.cells].map((td) => td.textContent);""")
+        cells = _row_cells(browser, 0, "team-0")
         assert cells[2] == "12" and cells[3] == f"{totals['team-0'] // 2:,}", cells  # the same data
         assert cells[9] == "750 / 975", cells
         SHOTS.mkdir(parents=True, exist_ok=True)
