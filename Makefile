@@ -43,7 +43,7 @@ bench-litellm-venv:  ## benchmarks/.venvs/litellm: litellm[proxy] + matplotlib, 
 
 bench-litellm:   ## bench-overhead + LiteLLM side by side, stream passthrough, 2 workers, the concurrency sweep
 	mkdir -p benchmarks/results
-	$(PY) -m benchmarks.overhead --litellm --workers 2 --sweep --tokens 80 \
+	$(PY) -m benchmarks.overhead --litellm --workers 2 --sweep --tokens 80 --responses --responses-store \
 		--json $(FULL).json > $(FULL).md
 	@echo "wrote $(FULL).md and $(FULL).json"
 
