@@ -45,9 +45,10 @@ from app.formats.harmony.vocab import harmony_encoding
 from app.http import errors, internal, openapi, routes_meta
 from app.http.anthropic import AnthropicErrors
 from app.http.auth import AuthMiddleware
-from app.http.counters import RedisCounters
+from app.http.counters import Counters, RedisCounters
 from app.http.keys import KeyResolver
 from app.http.limits import LimitsMiddleware
+from app.http.machine_counters import from_environment as machine_counters_from_env
 from app.http.multipart import OVERHEAD as UPLOAD_OVERHEAD
 from app.http.observe import RECENT_ERRORS, ObserveMiddleware
 from app.http.usage import Budgets, UsageRecorder
@@ -167,13 +168,15 @@ def create_app(config: GatewayConfig | None = None,
     lim = cfg.limits  # one admission controller per process, shared by every model
     admission = Admission(lim.max_inflight or cfg.upstream.max_connections, lim.max_queue,
                           lim.queue_timeout)
-    counters = None
+    counters: Counters | None = None
     if cfg.redis.url:  # limits shared by every replica
         import redis.asyncio as aioredis
 
         app.state.redis = aioredis.from_url(cfg.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
         counters = RedisCounters(app.state.redis, on_failure=cfg.redis.on_failure,
                                  lease_seconds=cfg.redis.lease_seconds)
+    else:  # serve --workers N: the machine's counter service, if serve started one
+        counters = machine_counters_from_env()
     app.state.config = cfg
     tracing.configure()  # OTEL_* in the environment: spans over OTLP (app/core/tracing.py)
     usage = UsageRecorder(cfg.usage)

@@ -19,7 +19,7 @@ import sys
 
 import uvicorn
 
-from app.cli import embedded, workers
+from app.cli import embedded, limits_service, workers
 from app.cli.errors import config_problem
 from app.cli.parser import build_parser, subparsers
 from app.config import load_config
@@ -69,6 +69,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers == workers.AUTO:
         print(f"ocm-gateway: --workers auto: {count} worker{'s' if count > 1 else ''} ({why})",
               file=sys.stderr)
+    try:  # more than one worker without Redis: per-key limits counted once for the machine
+        limits_service.start(count, cfg)
+    except (OSError, RuntimeError) as exc:
+        print(f"ocm-gateway: {exc}", file=sys.stderr)
+        return 1
     need = connection_cap(cfg) + cfg.upstream.max_connections + 256  # + store, files, logs
     soft, _ = workers.raise_open_files(need)
     if soft != resource.RLIM_INFINITY and soft < need:

@@ -10,6 +10,13 @@ Contract of :class:`Counters` (used by :mod:`app.http.limits`):
 * :meth:`Counters.release` gives the slot back and charges the tokens the request used (in
   this process at once; in Redis from a task of its own: a request's end never waits on it).
 * Windows are 60 s, sliding.  A slot of a replica that died is freed after ``lease_seconds``.
+* A request no limit applies to (:func:`unlimited`: a key without rpm, and for a generation
+  without tpm and concurrency either) is not counted: no work, no entry, no round trip.
+
+:class:`LocalCounters` is also the state of the machine-local service that ``serve --workers N``
+runs without Redis (:mod:`app.http.machine_counters`): :meth:`LocalCounters.decide` is the whole
+decision, slots may expire (``lease_seconds``), and :meth:`LocalCounters.hold` takes a slot back
+after the service restarted.
 
 Redis: one Lua script per call (one round trip; the server's clock, so replicas agree), sorted
 sets per key (requests, tokens, slots) that expire when idle.  When Redis cannot be reached
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -59,6 +67,12 @@ def _refusal(kind: int, budget: Budget, retry_after: float) -> RateLimited:
                        code="concurrency_limit_exceeded")
 
 
+def unlimited(budget: Budget, generation: bool) -> bool:
+    """No limit applies: a request without a requests-per-minute limit, and for a generation
+    without tokens-per-minute and concurrency limits either.  Such a request is not counted."""
+    return budget.rpm is None and (not generation or (budget.tpm is None and budget.concurrent is None))
+
+
 class Counters(Protocol):
     async def admit(self, who: str, budget: Budget, *, generation: bool, lease: str,
                     ) -> RateLimited | None: ...
@@ -72,7 +86,7 @@ class Counters(Protocol):
 class _Usage:
     requests: collections.deque[float] = field(default_factory=collections.deque)
     tokens: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
-    slots: set[str] = field(default_factory=set)
+    slots: dict[str, float] = field(default_factory=dict)  # lease -> when it expires
     token_total: int = 0
 
     def prune(self, now: float) -> None:
@@ -81,34 +95,80 @@ class _Usage:
         while self.tokens and self.tokens[0][0] <= now - WINDOW:
             self.token_total -= self.tokens.popleft()[1]
 
+    def live_slots(self, now: float) -> int:
+        """Slots held, once the expired ones are dropped (only looked at when at the limit)."""
+        for lease in [lease for lease, until in self.slots.items() if until <= now]:
+            del self.slots[lease]
+        return len(self.slots)
+
+
+SWEEP_EVERY = 4096  # decisions between two sweeps of idle entries
+
 
 class LocalCounters:
-    """This process's counts (one replica; with ``--workers N`` each worker counts its own)."""
+    """This process's counts (one replica; with ``--workers N`` and no Redis, the state of the
+    machine's counter service).  ``lease_seconds``: a slot not released within it is freed
+    (None: never; one process releases its own)."""
 
-    def __init__(self) -> None:
-        self.usage: dict[str, _Usage] = collections.defaultdict(_Usage)
+    def __init__(self, lease_seconds: float | None = None) -> None:
+        self.usage: dict[str, _Usage] = {}
+        self.lease_seconds = lease_seconds
+        self._decisions = 0
 
-    async def admit(self, who: str, budget: Budget, *, generation: bool, lease: str) -> RateLimited | None:
-        usage, now = self.usage[who], time.monotonic()
+    def decide(self, who: str, budget: Budget, generation: bool, lease: str) -> tuple[int, float] | None:
+        """Admit and record (None), or the refusal's kind (1 rpm, 2 tpm, 3 concurrency) and
+        seconds to wait; atomic, since nothing here awaits."""
+        self._decisions += 1
+        now = time.monotonic()
+        if self._decisions % SWEEP_EVERY == 0:
+            self.sweep(now)
+        usage = self.usage.get(who)
+        if usage is None:
+            usage = self.usage[who] = _Usage()
         usage.prune(now)
         if budget.rpm is not None and len(usage.requests) >= budget.rpm:
-            return _refusal(1, budget, usage.requests[0] + WINDOW - now)
+            return 1, usage.requests[0] + WINDOW - now
         if generation:
             if budget.tpm is not None and usage.token_total >= budget.tpm:
-                return _refusal(2, budget, usage.tokens[0][0] + WINDOW - now)
-            if budget.concurrent is not None and len(usage.slots) >= budget.concurrent:
-                return _refusal(3, budget, 1.0)
-            usage.slots.add(lease)
+                return 2, usage.tokens[0][0] + WINDOW - now
+            if (budget.concurrent is not None and len(usage.slots) >= budget.concurrent
+                    and usage.live_slots(now) >= budget.concurrent):
+                return 3, 1.0
+            usage.slots[lease] = math.inf if self.lease_seconds is None else now + self.lease_seconds
         usage.requests.append(now)
         return None
 
+    async def admit(self, who: str, budget: Budget, *, generation: bool, lease: str) -> RateLimited | None:
+        if unlimited(budget, generation):
+            return None
+        decided = self.decide(who, budget, generation, lease)
+        return None if decided is None else _refusal(decided[0], budget, decided[1])
+
     def release(self, who: str, lease: str, tokens: int) -> None:
-        usage = self.usage[who]
-        usage.slots.discard(lease)
+        usage = self.usage.get(who)
+        if usage is None:  # never counted (no limit applied), or swept since
+            return
+        usage.slots.pop(lease, None)
         if tokens:
             now = time.monotonic()
             usage.tokens.append((now, tokens))
             usage.token_total += tokens
+
+    def hold(self, who: str, lease: str) -> None:
+        """Take ``lease`` again (a worker re-registering its slots after the service restarted)."""
+        usage = self.usage.get(who)
+        if usage is None:
+            usage = self.usage[who] = _Usage()
+        now = time.monotonic()
+        usage.slots[lease] = math.inf if self.lease_seconds is None else now + self.lease_seconds
+
+    def sweep(self, now: float) -> None:
+        """Forget the keys (and client addresses) with nothing in their windows and no slot."""
+        for who in list(self.usage):
+            usage = self.usage[who]
+            usage.prune(now)
+            if not usage.requests and not usage.tokens and not usage.live_slots(now):
+                del self.usage[who]
 
 
 # KEYS: requests, tokens, slots.  ARGV: window, rpm, tpm, concurrent (0: none), generation

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import uvicorn
 
+from app.cli import limits_service, workers
 from app.cli import main as cli_main
-from app.cli import workers
 from app.cli.parser import build_parser
 
 
@@ -85,13 +85,15 @@ def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: s
     monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs in this process's affinity mask"))
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(limits_service, "start", lambda n, cfg: seen.update(limits_service=n))
     assert cli_main.main(["serve", *argv]) == 0
     return seen
 
 
 def test_serve_auto_runs_the_counted_workers_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    assert _serve(monkeypatch, tmp_path, str(tmp_path / "r.sqlite3"), "--workers", "auto")["workers"] == 3
+    seen = _serve(monkeypatch, tmp_path, str(tmp_path / "r.sqlite3"), "--workers", "auto")
+    assert seen["workers"] == 3 and seen["limits_service"] == 3  # limits counted once for the 3
     assert ("--workers auto: 3 workers (3 CPUs in this process's affinity mask)"
             in capsys.readouterr().err)
     assert _serve(monkeypatch, tmp_path, ":memory:", "--workers", "auto")["workers"] == 1

@@ -1,0 +1,318 @@
+"""Per-key limits shared by the workers of one machine without Redis (``serve --workers N``).
+
+``serve`` with more than one worker and no ``[redis] url`` starts this module as a process of
+its own (:mod:`app.cli.limits_service`): a counter service on a Unix socket in a private (0700)
+directory, whose path the workers find in ``OCMGW_COUNTERS_SOCKET``.  Its state is one
+:class:`~app.http.counters.LocalCounters` (the same decisions, refusals and Retry-After as one
+process), changed by one event loop, so every decision is atomic: two workers never both take
+the last slot.  :class:`MachineCounters` is the workers' side, the same calls as
+``LocalCounters`` / ``RedisCounters``.
+
+Contract:
+
+* The wire: one JSON array a line.  ``["a", id, who, rpm, tpm, concurrent, generation, lease]``
+  is answered ``[id, kind, retry_after]`` (kind 0: admitted, 1-3: refused as
+  :class:`~app.http.counters.LocalCounters` says, -1: not deciding yet); ``["r", who, lease, tokens]``
+  (release) and ``["h", who, lease]`` (hold: re-register a slot) are not answered.  Lines
+  arrive in order on a worker's one connection, so a release never overtakes its admission.
+* A request no limit applies to (:func:`~app.http.counters.unlimited`) never reaches the
+  service: no round trip for keys without limits, nor without auth and without [limits].
+* Slots: a worker's slots are freed as soon as its connection closes (a worker killed
+  mid-request), and any slot after ``lease_seconds`` (``[redis] lease_seconds``) in any case.
+* The service unreachable, or silent for ``timeout`` (1 s): the request gets a 503
+  ``limits_unavailable`` with ``Retry-After: 1`` (closed, not open: a key's limits bound what
+  it costs, and the supervisor restarts the service at once).  A worker holding slots
+  reconnects every 50 ms and re-registers them; a restarted service answers 503 for its first
+  ``grace`` seconds (0.5) so that they are back before it decides.  The per-minute windows
+  start empty after a restart (a key may get up to one more minute's requests then).
+* The service exits when the process that started it (``parent``) is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import orjson
+
+from app.http.counters import Budget, CountersUnavailable, LocalCounters, RateLimited, _refusal, unlimited
+
+log = logging.getLogger("ocm_gateway")
+SOCKET_ENV = "OCMGW_COUNTERS_SOCKET"
+MAX_LINE = 64 * 1024  # a line longer than this is a broken peer: its connection is closed
+
+
+def _lines(buffer: bytearray, data: bytes) -> list[bytes]:
+    """Add ``data`` to ``buffer``; the complete lines it now holds (removed from it)."""
+    buffer += data
+    end = buffer.rfind(b"\n")
+    if end < 0:
+        return []
+    lines = bytes(buffer[:end]).split(b"\n")
+    del buffer[:end + 1]
+    return lines
+
+
+# --- the service ---------------------------------------------------------------------------
+
+class _Peer(asyncio.Protocol):
+    """One worker's connection: its lines decided in arrival order; its slots freed when it
+    closes."""
+
+    def __init__(self, counters: LocalCounters, grace_until: float = 0.0) -> None:
+        self.counters = counters
+        self.grace_until = grace_until  # a restarted service: workers re-register their slots first
+        self.held: dict[str, str] = {}  # lease -> who, slots taken through this connection
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        out = []
+        try:
+            for line in _lines(self.buffer, data):
+                answer = self._handle(orjson.loads(line))
+                if answer is not None:
+                    out.append(answer)
+        except (ValueError, TypeError, IndexError, KeyError):
+            log.warning("limits service: a malformed line; closing that connection")
+            self.transport.close()
+            return
+        if len(self.buffer) > MAX_LINE:
+            self.transport.close()
+            return
+        if out:
+            self.transport.write(b"".join(out))
+
+    def _handle(self, msg: list[object]) -> bytes | None:
+        op = msg[0]
+        if op == "a":
+            _, ident, who, rpm, tpm, concurrent, generation, lease = msg
+            if self.grace_until and time.monotonic() < self.grace_until:
+                return orjson.dumps([ident, -1, 0]) + b"\n"  # not deciding yet: a 503
+            budget = Budget(_limit(rpm), _limit(tpm), _limit(concurrent))
+            decided = self.counters.decide(_text(who), budget, bool(generation), _text(lease))
+            if decided is None:
+                if generation:
+                    self.held[_text(lease)] = _text(who)
+                return orjson.dumps([ident, 0, 0]) + b"\n"
+            return orjson.dumps([ident, decided[0], decided[1]]) + b"\n"
+        if op == "r":
+            _, who, lease, tokens = msg
+            self.held.pop(_text(lease), None)
+            self.counters.release(_text(who), _text(lease), _limit(tokens) or 0)
+        elif op == "h":
+            _, who, lease = msg
+            self.held[_text(lease)] = _text(who)
+            self.counters.hold(_text(who), _text(lease))
+        else:
+            raise ValueError(op)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for lease, who in self.held.items():  # a worker gone (killed) gives its slots back
+            self.counters.release(who, lease, 0)
+        self.held.clear()
+
+
+def _limit(value: object) -> int | None:
+    if not isinstance(value, int) or value < 0:
+        raise TypeError(value)
+    return value or None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+async def serve(path: str, lease_seconds: float, parent: int | None = None, grace: float = 0.0,
+                ready: Callable[[], None] | None = None) -> None:
+    """Serve the counters on ``path`` until cancelled or ``parent`` has exited; for the first
+    ``grace`` seconds (a restart) admissions are answered "unavailable" while the workers,
+    which reconnect at once, re-register the slots they hold."""
+    counters = LocalCounters(lease_seconds)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a socket left by a service that was killed
+    loop = asyncio.get_running_loop()
+    until = time.monotonic() + grace if grace > 0 else 0.0
+    server = await loop.create_unix_server(lambda: _Peer(counters, until), path)
+    os.chmod(path, 0o600)
+    if ready is not None:
+        ready()
+    try:
+        for tick in itertools.count(1):
+            if parent is not None and os.getppid() != parent:
+                break
+            await asyncio.sleep(0.5)
+            if tick % 60 == 0:
+                counters.sweep(time.monotonic())
+    finally:
+        server.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+# --- the workers' side ---------------------------------------------------------------------
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, lost: Callable[[], None]) -> None:
+        self.lost = lost
+        self.waiting: dict[int, asyncio.Future[tuple[int, float]]] = {}
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        for line in _lines(self.buffer, data):
+            ident, kind, retry = orjson.loads(line)
+            waiter = self.waiting.pop(ident, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result((kind, retry))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for waiter in self.waiting.values():
+            if not waiter.done():
+                waiter.set_exception(ConnectionResetError("the limits service closed the connection"))
+        self.waiting.clear()
+        self.lost()
+
+    def send(self, msg: list[object]) -> None:
+        assert self.transport is not None
+        self.transport.write(orjson.dumps(msg) + b"\n")
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class MachineCounters:
+    """The :class:`~app.http.counters.Counters` of a worker: each counted request asks the
+    machine's counter service (one round trip on a Unix socket; see the module docstring)."""
+
+    def __init__(self, path: str, *, timeout: float = 1.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._conn: _Connection | None = None
+        self._lock = asyncio.Lock()
+        self._held: dict[str, str] = {}  # lease -> who: slots this worker holds in the service
+        self._ids = itertools.count(1)
+        self._rejoining: asyncio.Task[None] | None = None
+
+    async def _connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._lock:
+            if self._conn is None or self._conn.closed:
+                _, fresh = await asyncio.get_running_loop().create_unix_connection(
+                    lambda: _Connection(self._lost), self.path)
+                for lease, who in self._held.items():  # the service may have restarted
+                    fresh.send(["h", who, lease])
+                self._conn = fresh
+            return self._conn
+
+    def _lost(self) -> None:
+        """The connection closed: while this worker holds slots, reconnect at once (every
+        50 ms until the service is back) and re-register them, within the service's grace."""
+        if self._held and self._rejoining is None:
+            self._rejoining = asyncio.get_running_loop().create_task(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        try:
+            for _ in range(1200):  # a minute; then the next request reconnects
+                if not self._held:
+                    return
+                try:
+                    await self._connection()
+                    return
+                except OSError:
+                    await asyncio.sleep(0.05)
+        finally:
+            self._rejoining = None
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # the service frees this connection's slots; re-held on reconnect
+            self._conn = None
+
+    async def admit(self, who: str, budget: Budget, *, generation: bool, lease: str) -> RateLimited | None:
+        if unlimited(budget, generation):
+            return None
+        ident = next(self._ids)
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                conn = await self._connection()
+                waiter: asyncio.Future[tuple[int, float]] = asyncio.get_running_loop().create_future()
+                conn.waiting[ident] = waiter
+                conn.send(["a", ident, who, budget.rpm or 0, budget.tpm or 0, budget.concurrent or 0,
+                           1 if generation else 0, lease])
+                kind, retry = await waiter
+        except asyncio.CancelledError:
+            if conn is not None:  # a slot the admission may have taken is given back (after it:
+                conn.waiting.pop(ident, None)  # one connection keeps the order; a no-op if none)
+                if generation and not conn.closed:
+                    conn.send(["r", who, lease, 0])
+            raise
+        except (OSError, TimeoutError) as exc:
+            self._drop()
+            log.warning("limits: the machine's counter service is unavailable (%s); refusing with 503",
+                        type(exc).__name__)
+            raise CountersUnavailable("The per-key limits service of this machine is unavailable.",
+                                      retry_after=1.0) from None
+        if kind < 0:  # a restarted service, still taking back the workers' slots
+            raise CountersUnavailable("The per-key limits service of this machine is restarting.",
+                                      retry_after=1.0)
+        if kind == 0:
+            if generation:
+                self._held[lease] = who
+            return None
+        return _refusal(kind, budget, retry)
+
+    def release(self, who: str, lease: str, tokens: int) -> None:
+        if self._held.pop(lease, None) is None:  # never counted (no limit applied)
+            return
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            conn.send(["r", who, lease, tokens])
+        # else: the service freed the slot when the connection closed; these tokens go uncharged
+
+    async def aclose(self) -> None:
+        self._drop()
+
+
+def from_environment() -> MachineCounters | None:
+    """The worker's counters when ``serve`` started the machine's counter service, else None."""
+    path = os.environ.get(SOCKET_ENV)
+    return MachineCounters(path) if path else None
+
+
+def main(argv: list[str]) -> int:
+    """``python -m app.http.machine_counters SOCKET LEASE_SECONDS PARENT_PID [GRACE]``."""
+    path, lease_seconds, parent = argv[0], float(argv[1]), int(argv[2])
+    grace = float(argv[3]) if len(argv) > 3 else 0.0
+    logging.basicConfig(level=logging.WARNING, format="ocm-gateway limits service: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(path, lease_seconds, parent, grace))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
