@@ -7,6 +7,9 @@ chunks.  Every SSE event carries ``tokens`` (ids) and ``content`` (their text);
 the final ``stop: true`` event carries ``stop_type`` (``eos`` / ``limit`` /
 ``word``) and the token counts (see ``tests/fixtures/wire/llamacpp``).
 
+:meth:`LlamaCppBackend.total_slots` reads a replica's ``/props`` ``total_slots`` (its ``-np``):
+the engine keeps at most that many generations in flight to it (``app.engine.admission``).
+
 A prompt with images (a server with a multimodal projector) goes as llama.cpp's
 multimodal prompt object instead, checked so that client text still cannot become a
 control token (:mod:`adapters.llamacpp_media`).
@@ -194,6 +197,13 @@ class LlamaCppBackend(HttpBackend):
         tool_use = props.get("chat_template_tool_use")
         return (template, str(props.get("bos_token") or ""), str(props.get("eos_token") or ""),
                 tool_use if isinstance(tool_use, str) else "")
+
+    async def total_slots(self, base: str) -> int | None:
+        """The replica's parallel slots (``GET /props`` ``total_slots``); None when it does not
+        answer or reports none."""
+        props = await get_json(self._client, f"{base}/props")
+        slots = props.get("total_slots") if isinstance(props, dict) else None
+        return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
 
     async def _tokenize(self, text: str, special: bool, add_special: bool = False) -> list[dict[str, Any]]:
         body = {"content": text, "add_special": add_special, "parse_special": special,

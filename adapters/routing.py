@@ -17,6 +17,10 @@
   over all attempts together, is a 504; ``attempt_timeout`` abandons one silent replica
   for the next within that budget.  Idle time between later events is bounded by the
   HTTP client's read timeout.
+* **A replica's gate** (optional, :class:`Gate`): the request takes one of the replica's
+  slots before anything is sent to it and gives it back once its stream is closed, so a
+  bounded replica (llama.cpp: its ``/props`` ``total_slots``) never sees more than its bound;
+  the wait is the gate's (its own timeout) and does not count against ``first_byte_timeout``.
 """
 
 from __future__ import annotations
@@ -26,18 +30,29 @@ import hashlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
 
 
+class Gate(Protocol):
+    """A bound on the generations in flight to one replica (app.engine.admission.ReplicaGate)."""
+
+    async def acquire(self) -> None: ...
+
+    def release(self, failed: bool = False) -> None:
+        """Give the slot back; ``failed``: the replica failed (its bound may have changed)."""
+        ...
+
+
 @dataclass
 class Replica:
     url: str
-    outstanding: int = 0
+    outstanding: int = 0  # asked or waiting at its gate, until the stream is closed
     cooldown_until: float = 0.0
+    gate: Gate | None = None
 
 
 @dataclass
@@ -129,8 +144,19 @@ async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events], affi
         replica = pool.pick(tried, affinity)
         tried.add(replica.url)
         replica.outstanding += 1
+        gate = replica.gate
+        if gate is not None:
+            waited = time.monotonic()
+            try:
+                await gate.acquire()  # Overloaded (503) when its queue is full or too slow
+            except BaseException:
+                replica.outstanding -= 1
+                raise
+            waited = time.monotonic() - waited
+            deadline, remaining = deadline + waited, remaining + waited
         events = open_stream(replica.url)
         started = False
+        failed = False
         try:
             try:
                 limit = remaining if pool.policy.attempt_timeout is None else min(
@@ -148,13 +174,18 @@ async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events], affi
                 yield event
             return
         except GatewayError as exc:
+            failed = isinstance(exc, UpstreamError) and exc.status in (502, 503, 504)
             if started or not _retryable(exc):
                 raise
             pool.fail(replica)
             last = exc
         finally:
             replica.outstanding -= 1
-            await _close(events)
+            try:
+                await _close(events)
+            finally:
+                if gate is not None:
+                    gate.release(failed)  # after the close: the replica's slot is free now
     raise last if last is not None else UpstreamTimeout(
         f"No backend replica answered within {pool.policy.first_byte_timeout:g} s.")
 

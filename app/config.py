@@ -101,6 +101,15 @@ class ModelConfig(_Strict):
                              "token types (the ids client text must never become). Unset: the file "
                              "llama.cpp reports in /props when this process can read it, else a "
                              "shape-based check.")
+    max_inflight: int | None = Field(default=None, ge=1, description="Generations in flight to each "
+                                     "replica (per worker); the rest wait in the gateway's queue "
+                                     "([limits] max_queue, queue_timeout), where a client that leaves "
+                                     "costs the backend nothing. Unset: llamacpp, the replica's /props "
+                                     "total_slots plus inflight_margin (read again after it fails); "
+                                     "other backends, no bound of their own.")
+    inflight_margin: int = Field(default=0, ge=0, description="llamacpp without max_inflight: "
+                                 "generations sent to a replica beyond its total_slots (they wait in "
+                                 "llama.cpp's own queue).")
     owned_by: str = Field(default="ocm-gateway", description="``owned_by`` of the model in /v1/models.")
     kind: Literal["chat", "embedding"] = Field(
         default="chat", description="embedding: the model only embeds (/v1/embeddings, [knowledge]); a "

@@ -8,15 +8,33 @@ its time there, ``/health`` went unanswered and clients that had gone were still
 upstream. With it, at most ``max_inflight`` generations hold a connection, at most
 ``max_queue`` wait (FIFO, each for at most ``queue_timeout`` seconds), and a waiter whose
 client disconnects leaves the queue (its wait is cancelled).
+
+:class:`ReplicaGate` is the same queue in front of one upstream replica (the ``gate`` of its
+:class:`adapters.routing.Replica`, shared by every model that names its URL): at most its
+bound of generations are sent to it, the rest wait here, where a client that leaves costs the
+backend nothing (queued in llama.cpp it would still cost a prompt evaluation), for at most
+``queue_timeout`` seconds (then 503).  The bound is ``[models.X] max_inflight`` when set, else
+for llama.cpp the replica's ``/props`` ``total_slots`` plus ``inflight_margin``: read before
+the first request (which waits for it), then again in the background after a failure of the
+replica (a restart may bring other slots) and every :attr:`ReplicaGate.RECHECK` seconds.  A
+replica that reports no slots is not bounded.  :func:`bound_replicas` puts the gates on a
+backend's replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Awaitable, Callable
 
+from adapters.routing import ReplicaPool
 from app.core.errors import Overloaded
+
+log = logging.getLogger("ocm_gateway")
+
+UNBOUNDED = 1 << 30  # a replica gate's bound before (or without) a slot count
 
 
 class Admission:
@@ -82,10 +100,101 @@ class Admission:
             self.on_reject()
 
     def release(self) -> None:
-        """Free a slot: hand it to the oldest live waiter, or count it free."""
-        while self._waiters:
+        """Free a slot: hand it to the oldest live waiter, or count it free (always the latter
+        while more are in flight than a lowered bound allows)."""
+        if self.inflight <= self.max_inflight:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # the slot passes on; inflight stays the same
+                    return
+        self.inflight -= 1
+
+    def resize(self, max_inflight: int) -> None:
+        """A new bound: more room is handed to the oldest waiters now; with less, the
+        generations in flight finish and no new one starts until they are below it."""
+        self.max_inflight = max_inflight
+        while self.inflight < self.max_inflight and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)  # the slot passes on; inflight stays the same
-                return
-        self.inflight -= 1
+                self.inflight += 1
+                waiter.set_result(None)
+
+
+SlotReader = Callable[[str], Awaitable[int | None]]
+
+
+class ReplicaGate:
+    """The bound of one upstream replica (see the module docstring); implements
+    :class:`adapters.routing.Gate`."""
+
+    RECHECK = 30.0  # seconds between two background reads of the slot count
+
+    def __init__(self, url: str, *, fixed: int | None, read_slots: SlotReader | None, margin: int,
+                 max_queue: int, queue_timeout: float, recheck: float = RECHECK) -> None:
+        self.url = url
+        self.queue = Admission(fixed or UNBOUNDED, max_queue, queue_timeout)
+        self.slots: int | None = None  # as the replica last reported them
+        self._read = read_slots if fixed is None else None
+        self._margin = margin
+        self._recheck = recheck
+        self._checked: float | None = None  # when the slots were last read
+        self._stale = False  # the replica failed since
+        self._reading: asyncio.Task[None] | None = None
+
+    @property
+    def bound(self) -> int | None:
+        return None if self.queue.max_inflight >= UNBOUNDED else self.queue.max_inflight
+
+    async def acquire(self) -> None:
+        if self._read is not None:
+            due = self._checked is None or self._stale or (
+                time.monotonic() - self._checked >= self._recheck)
+            if due and self.slots is None:
+                await asyncio.shield(self._start_reading())  # never read: a burst must wait for it
+            elif due:
+                self._start_reading()  # meanwhile the bound read last holds
+        await self.queue.acquire()
+
+    def release(self, failed: bool = False) -> None:
+        if failed:
+            self._stale = True
+        self.queue.release()
+
+    def _start_reading(self) -> asyncio.Task[None]:
+        if self._reading is None or self._reading.done():
+            self._stale = False
+            self._reading = asyncio.get_running_loop().create_task(self._read_slots())
+        return self._reading
+
+    async def _read_slots(self) -> None:
+        assert self._read is not None
+        try:
+            slots = await self._read(self.url)
+        except Exception:  # best effort, like every discovery read: the bound stays
+            log.exception("reading the slots of %s failed", self.url)
+            slots = None
+        self._checked = time.monotonic()
+        if slots is None or slots < 1 or slots == self.slots:
+            return
+        bound = slots + self._margin
+        log.info("backend %s: %d slots, at most %d generations in flight to it", self.url, slots, bound)
+        self.slots = slots
+        self.queue.resize(bound)
+
+
+def bound_replicas(pool: ReplicaPool, gates: dict[str, ReplicaGate], *, fixed: int | None,
+                   read_slots: SlotReader | None, margin: int, max_queue: int,
+                   queue_timeout: float) -> None:
+    """Give each replica of ``pool`` its gate (one per URL in ``gates``, shared with other
+    models naming the same URL, the first one's settings winning); nothing without ``fixed``
+    or ``read_slots`` (the replicas keep no bound, as before)."""
+    if fixed is None and read_slots is None:
+        return
+    for replica in pool.replicas:
+        gate = gates.get(replica.url)
+        if gate is None:
+            gate = gates[replica.url] = ReplicaGate(
+                replica.url, fixed=fixed, read_slots=read_slots, margin=margin,
+                max_queue=max_queue, queue_timeout=queue_timeout)
+        replica.gate = gate

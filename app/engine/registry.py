@@ -22,7 +22,7 @@ from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.core.conversation import GenerationParams
 from app.core.errors import InvalidRequest, ModelNotFound
-from app.engine.admission import Admission
+from app.engine.admission import Admission, ReplicaGate, bound_replicas
 from app.engine.generation import ModelRoute
 from app.formats.catalog import (
     BackendTemplateFormat,
@@ -129,8 +129,15 @@ class Registry:
         lim = config.limits
         self.admission = admission or Admission(lim.max_inflight or config.upstream.max_connections,
                                                 lim.max_queue, lim.queue_timeout)
+        self.gates: dict[str, ReplicaGate] = {}  # per upstream URL: its bound (max_inflight)
         for name, cfg in config.models.items():
             backend = make_backend(name, cfg, client, config.upstream)
+            pool = getattr(backend, "pool", None)
+            if cfg.kind == "chat" and isinstance(pool, ReplicaPool):
+                bound_replicas(pool, self.gates, fixed=cfg.max_inflight,
+                               read_slots=getattr(backend, "total_slots", None),
+                               margin=cfg.inflight_margin, max_queue=lim.max_queue,
+                               queue_timeout=lim.queue_timeout)
             self.routes[name] = ModelRoute(
                 name=name,
                 backend=backend,

@@ -96,7 +96,7 @@ class LlamaCpp(Dialect):
         params["reasoning_format"] = "none"
         return {
             "default_generation_settings": {"params": params, "n_ctx": self.settings.n_ctx},
-            "total_slots": 1, "model_alias": LLAMA_MODEL_PATH, "model_ftype": "F16",
+            "total_slots": self.settings.slots, "model_alias": LLAMA_MODEL_PATH, "model_ftype": "F16",
             "model_path": LLAMA_MODEL_PATH,
             "modalities": {"vision": False, "video": False, "audio": False},
             "media_marker": "<__media_WF0xRPkdzJCtMXQUVKFcEtEsE4qU3VKu__>", "endpoint_slots": True,

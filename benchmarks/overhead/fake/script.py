@@ -71,3 +71,6 @@ class Settings:
     chat_model: str = "tiny"
     chat_script: str = "answer"  # or "harmony"
     keepalive_max: int = 100  # llama.cpp: requests per connection (0: unlimited)
+    # /props total_slots: the fake answers any number at once (the gateway sends a llama.cpp
+    # server at most that many generations at a time; the recording says 1)
+    slots: int = 1024

@@ -57,7 +57,7 @@ async def verify(wire: Path = WIRE) -> int:
     """Replay ``VERIFY_CASES``; print one line per case; the number of mismatches."""
     import httpx
 
-    upstream = FakeUpstream(Settings(tokens=7, n_ctx=2048, chat_script="harmony"))
+    upstream = FakeUpstream(Settings(tokens=7, n_ctx=2048, chat_script="harmony", slots=1))
     urls = await upstream.start()
     failures = 0
     try:
