@@ -211,8 +211,10 @@ def _batch_runner(app: FastAPI, cfg: GatewayConfig, admission: Admission,
                   registry: Registry) -> BatchRunner | None:
     """The batch worker: at most ``[batches] share`` of the generation slots, no new line while
     interactive requests queue or would find fewer than ``reserve`` slots free (the last
-    ``min(share, 1 - share)`` of ``max_inflight`` are interactive ones), each line through the
-    app's own route as the batch's key."""
+    ``min(share, 1 - share)`` of ``max_inflight`` are interactive ones), nor while a bounded
+    replica (a llama.cpp server's ``total_slots``) is full or has requests waiting for it, so
+    batch lines take only a backend's free slots; each line through the app's own route as the
+    batch's key."""
     b = cfg.batches
     if not b.enabled:
         return None
@@ -228,7 +230,8 @@ def _batch_runner(app: FastAPI, cfg: GatewayConfig, admission: Admission,
     return BatchRunner(app.state.batches, app.state.files.store, dispatch,
                        known_model=lambda model: registry.canonical(model) in registry.routes,
                        busy=lambda: (admission.queued > 0
-                                     or admission.max_inflight - admission.inflight <= reserve),
+                                     or admission.max_inflight - admission.inflight <= reserve
+                                     or any(gate.full for gate in registry.gates.values())),
                        settings=settings)
 
 

@@ -146,6 +146,12 @@ class ReplicaGate:
     def bound(self) -> int | None:
         return None if self.queue.max_inflight >= UNBOUNDED else self.queue.max_inflight
 
+    @property
+    def full(self) -> bool:
+        """Bounded, and every slot taken or someone waiting for one (a batch line waits)."""
+        queue = self.queue
+        return queue.max_inflight < UNBOUNDED and (queue.queued > 0 or queue.inflight >= queue.max_inflight)
+
     async def acquire(self) -> None:
         if self._read is not None:
             due = self._checked is None or self._stale or (

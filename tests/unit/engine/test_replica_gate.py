@@ -166,3 +166,24 @@ def test_bound_replicas_shares_one_gate_per_url_and_leaves_unbounded_backends_al
     assert a.replicas[1].gate is b.replicas[0].gate is gates["http://r2"]
     assert a.replicas[0].gate is not a.replicas[1].gate
     assert plain.replicas[0].gate is None
+
+
+async def test_full_means_every_slot_taken_or_someone_waiting() -> None:
+    """What the batch runner asks before it starts a line: a bounded replica with no free slot
+    (or a queue) is full; an unbounded one never is."""
+    g = gate(None, fixed=2)
+    assert not g.full
+    held = await _held(g, 1)
+    assert not g.full  # one of two slots free
+    held += await _held(g, 1)
+    assert g.full  # both taken
+    waiting = asyncio.create_task(g.acquire())
+    await asyncio.sleep(0.01)
+    g.release()  # the waiter takes the slot: still full
+    await waiting
+    assert g.full
+    g.release()
+    assert not g.full
+    assert not gate(None).full  # no bound read yet, none configured: never full
+    for task in held:
+        task.cancel()
