@@ -9,8 +9,10 @@
 With ``--tree``: the same chunks searched by the index code of several source trees, in
 interleaved rounds (each round measures every tree once, in a subprocess importing that tree's
 ``app``), so a before/after comparison shares the machine's load.  PostgreSQL: one database
-filled once (the trees must share its schema), searched by each tree; SQLite: one file per
-tree, filled by that tree's code.
+filled once by the first tree's code, then copied (``CREATE DATABASE ... TEMPLATE``) for each
+tree, whose index migrates its own copy when it opens (so a later tree's schema change is also
+an upgrade of the first tree's database, and never reaches another tree's copy); SQLite: one
+file per tree, filled by that tree's code.
 
 The chunks are synthetic: vectors drawn around 200 random topic centres (so neighbourhoods
 exist, as with real text), texts of 60 words from a 5,000-word Zipf vocabulary whose most
@@ -155,7 +157,7 @@ async def run_postgres(n: int, queries: int) -> dict[str, Any]:
         pool = await asyncpg.create_pool(url.replace("/postgres?", f"/{name}?"), min_size=1, max_size=4)
         index = await PostgresChunkIndex.create(pool)
         inserted = await fill(index, vectors, texts)
-        await pool.execute("ANALYZE vector_store_chunks")
+        await pool.execute("ANALYZE")
         result = await measure(index, vectors, texts, picks, queries)
         await pool.close()
     finally:
@@ -215,7 +217,7 @@ def _fill_worker(backend: str, target: str, n: int) -> None:
 
         pool = await asyncpg.create_pool(target, min_size=1, max_size=4)
         await fill(await PostgresChunkIndex.create(pool), vectors, texts)
-        await pool.execute("ANALYZE vector_store_chunks")
+        await pool.execute("ANALYZE")
         await pool.close()
 
     asyncio.run(go())
@@ -252,17 +254,20 @@ def compare_trees(trees: dict[str, str], sizes: list[int], queries: int, rounds:
                 url = server.get_uri()
                 name = f"b{uuid.uuid4().hex[:10]}"
 
-                async def create(url: str = url, name: str = name) -> None:
+                async def create(url: str = url, name: str = name, template: str = "") -> None:
                     import asyncpg
 
                     admin = await asyncpg.connect(url)
-                    await admin.execute(f"CREATE DATABASE {name}")
+                    copy = f" TEMPLATE {template}" if template else ""
+                    await admin.execute(f"CREATE DATABASE {name}{copy}")
                     await admin.close()
 
                 asyncio.run(create())
                 shared = url.replace("/postgres?", f"/{name}?")
                 _in_tree(next(iter(trees.values())), "--worker", "fill", backend, shared, str(n))
-                targets = dict.fromkeys(trees, shared)
+                for i, label in enumerate(trees):  # each tree's index migrates its own copy
+                    asyncio.run(create(name=f"{name}_{i}", template=name))
+                    targets[label] = url.replace("/postgres?", f"/{name}_{i}?")
             else:
                 for label, tree in trees.items():
                     targets[label] = str(Path(tmp) / f"{label}.sqlite3")

@@ -16,19 +16,14 @@ index, English stemming) for the keyword ranking.
   walks the HNSW index with pgvector's iterative scan (0.8+: the scan goes on until enough
   rows pass the stores and the filter) and, if that still finds fewer than it asked for,
   falls back to the exact scan, so filters never lose results to the index.
-* **Keyword**: the query's words (:func:`app.knowledge.keywords.keyword_terms`, each a
-  ``plainto_tsquery``: no user text is query syntax), those in a large share of the chunks
-  left out (:func:`app.knowledge.keywords.selective`), ranked by the sum over the words a chunk
-  holds of their BM25 idf times ``ts_rank`` (``ts_rank`` alone has no idf: on Cranfield it made
-  the hybrid ranking no better than the vector one; docs/knowledge.md).  The document
-  frequencies are those of the searched stores only (counted per store, cached), so another
-  tenant's uploads move no score.  The vector and the keyword rankings run at once, on two
-  connections.  The keyword ranking reads a narrow copy of each chunk's ``tsvector``
-  (``vector_store_chunk_words``: id, store, tsvector kept in the row, its own GIN index, rows
-  deleted with their chunk), not the wide chunk rows whose TOASTed tsvectors made it cost
-  ~100 ms at 100k chunks; a database from before it is backfilled once when the table is
-  created (:data:`BACKFILL_WORDS`).  A filtered keyword ranking reads the wide rows (it needs
-  their attributes).
+* **Keyword** (:mod:`app.knowledge.postgres_keywords`): the query's words, those in a large
+  share of the chunks left out (:func:`app.knowledge.keywords.selective`), ranked by the sum
+  over the words a chunk holds of their BM25 idf times ``ts_rank`` (``ts_rank`` alone has no
+  idf: on Cranfield it made the hybrid ranking no better than the vector one;
+  docs/knowledge.md), on a narrow table whose GIN postings and document frequencies are per
+  vector store (another tenant's chunks move neither a score nor the search's work), filters
+  checked on its copy of the attributes.  The vector and the keyword rankings run at once, on
+  two connections.  The wide rows keep the English ``tsv`` the narrow table is built from.
 * Filters are :func:`app.knowledge.filters.postgres_where` over the ``attributes`` jsonb.
   Failures of the server are 503 ``store_unavailable`` (:func:`app.stores.postgres.guard`).
 """
@@ -36,7 +31,6 @@ index, English stemming) for the keyword ranking.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,15 +38,13 @@ import asyncpg
 import orjson
 
 from app.core.errors import GatewayError
-from app.knowledge import ranking
+from app.knowledge import postgres_keywords, ranking
 from app.knowledge.filters import postgres_where
-from app.knowledge.keywords import idf, keyword_terms, selective
 from app.knowledge.matrix import as_unit
 from app.knowledge.vectors import Attributes, Chunk, Hit, Query
 from app.stores.postgres import guard
 
 EXACT_ROWS = 10_000
-IDF_TTL = 300.0  # seconds a word's document frequency is reused
 _LOCK = 0x6F636D + 36  # the index's migration and its per-dimension indexes, one replica at a time
 _TABLES = """
 CREATE TABLE IF NOT EXISTS vector_store_chunks (
@@ -72,27 +64,12 @@ CREATE TABLE IF NOT EXISTS vector_store_chunks (
 ALTER TABLE vector_store_chunks ALTER COLUMN embedding SET STORAGE MAIN;
 CREATE UNIQUE INDEX IF NOT EXISTS vector_store_chunks_file
     ON vector_store_chunks (vector_store_id, file_id, chunk_index);
-CREATE INDEX IF NOT EXISTS vector_store_chunks_tsv ON vector_store_chunks USING GIN (tsv);
 CREATE TABLE IF NOT EXISTS vector_store_chunk_counts (
     vector_store_id TEXT PRIMARY KEY,
     dims INT NOT NULL,
     n BIGINT NOT NULL
 );
 """
-_WORDS = """
--- the keyword search's narrow copy: a chunk's tsvector without its vector, text and attributes,
--- kept in the row (compressed) where it fits, so ranking a word's matches reads few pages
-CREATE TABLE IF NOT EXISTS vector_store_chunk_words (
-    id BIGINT PRIMARY KEY REFERENCES vector_store_chunks (id) ON DELETE CASCADE,
-    vector_store_id TEXT NOT NULL,
-    tsv tsvector NOT NULL
-);
-ALTER TABLE vector_store_chunk_words ALTER COLUMN tsv SET STORAGE MAIN;
-CREATE INDEX IF NOT EXISTS vector_store_chunk_words_tsv ON vector_store_chunk_words USING GIN (tsv);
-"""
-# a database whose chunks predate the narrow table: copied once, when the table is created
-BACKFILL_WORDS = ("INSERT INTO vector_store_chunk_words (id, vector_store_id, tsv) SELECT id, "
-                  "vector_store_id, tsv FROM vector_store_chunks ON CONFLICT (id) DO NOTHING")
 INSTALL_HINT = (
     "Install pgvector on the database server (Debian/Ubuntu with the PostgreSQL apt repository: "
     "`apt install postgresql-<version>-pgvector`; Docker: the `pgvector/pgvector:pg17` image; a "
@@ -147,10 +124,7 @@ async def migrate_index(pool: asyncpg.Pool) -> bool:
                     f"The PostgreSQL store has no pgvector extension, which vector stores and "
                     f"file_search need ({type(exc).__name__}: {exc}). {INSTALL_HINT}") from None
         await conn.execute(_TABLES)
-        if await conn.fetchval("SELECT to_regclass('vector_store_chunk_words')") is None:
-            await conn.execute(_WORDS)
-            await conn.execute(BACKFILL_WORDS)
-            await conn.execute("ANALYZE vector_store_chunk_words")
+        await postgres_keywords.migrate(conn)
         version = str(await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
     major, minor = (int(p) for p in [*version.split("."), "0"][:2])
     return (major, minor) >= (0, 8)
@@ -162,7 +136,6 @@ class PostgresChunkIndex:
     def __init__(self, pool: asyncpg.Pool, *, iterative: bool = True, owns_pool: bool = False) -> None:
         self._pool, self._iterative, self._owns = pool, iterative, owns_pool
         self._indexed: set[int] = set()
-        self._df: dict[str, tuple[int, float, dict[str, int]]] = {}  # store: (chunks, when, df)
 
     @classmethod
     async def create(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> PostgresChunkIndex:
@@ -191,6 +164,7 @@ class PostgresChunkIndex:
             async with guard(), self._pool.acquire() as conn, conn.transaction():
                 have = await conn.fetchrow("SELECT dims, n FROM vector_store_chunk_counts WHERE "
                                            "vector_store_id = $1 FOR UPDATE", store)
+                await postgres_keywords.unindex_files(conn, store, files)
                 removed = await conn.fetchval(
                     "WITH d AS (DELETE FROM vector_store_chunks WHERE vector_store_id = $1 AND "
                     "file_id = ANY($2::text[]) RETURNING 1) SELECT count(*) FROM d", store, files)
@@ -201,11 +175,7 @@ class PostgresChunkIndex:
                     "INSERT INTO vector_store_chunks (vector_store_id, file_id, chunk_index, filename, text, "
                     "attributes, dims, embedding) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::vector)",
                     rows)
-                await conn.execute(
-                    "INSERT INTO vector_store_chunk_words (id, vector_store_id, tsv) SELECT id, "
-                    "vector_store_id, tsv FROM vector_store_chunks WHERE vector_store_id = $1 AND "
-                    "file_id = ANY($2::text[])",
-                    store, files)
+                await postgres_keywords.index_files(conn, store, files)
                 await conn.execute(
                     "INSERT INTO vector_store_chunk_counts VALUES ($1, $2, $3) ON CONFLICT (vector_store_id) "
                     "DO UPDATE SET dims = excluded.dims, n = vector_store_chunk_counts.n + excluded.n",
@@ -215,6 +185,7 @@ class PostgresChunkIndex:
         async with guard(), self._pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT 1 FROM vector_store_chunk_counts WHERE vector_store_id = $1 "
                                "FOR UPDATE", vector_store_id)
+            await postgres_keywords.unindex_files(conn, vector_store_id, [file_id])
             removed = await conn.fetchval(
                 "WITH d AS (DELETE FROM vector_store_chunks WHERE vector_store_id = $1 AND file_id = $2 "
                 "RETURNING 1) SELECT count(*) FROM d", vector_store_id, file_id)
@@ -225,12 +196,14 @@ class PostgresChunkIndex:
         async with guard(), self._pool.acquire() as conn, conn.transaction():
             for table in ("vector_store_chunk_counts", "vector_store_chunks"):
                 await conn.execute(f"DELETE FROM {table} WHERE vector_store_id = $1", vector_store_id)
+            await postgres_keywords.drop_store(conn, vector_store_id)
 
     async def set_attributes(self, vector_store_id: str, file_id: str, attributes: Attributes) -> None:
-        async with guard(), self._pool.acquire() as conn:
+        text = orjson.dumps(dict(attributes)).decode()
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
             await conn.execute("UPDATE vector_store_chunks SET attributes = $3::jsonb "
-                               "WHERE vector_store_id = $1 AND file_id = $2", vector_store_id, file_id,
-                               orjson.dumps(dict(attributes)).decode())
+                               "WHERE vector_store_id = $1 AND file_id = $2", vector_store_id, file_id, text)
+            await postgres_keywords.set_attributes(conn, vector_store_id, file_id, text)
 
     async def chunks(self, vector_store_id: str, file_id: str) -> list[str]:
         async with guard(), self._pool.acquire() as conn:
@@ -252,9 +225,8 @@ class PostgresChunkIndex:
         rows = None
         if total > EXACT_ROWS and cast is not None:  # dims is an int: inlined for the partial index
             async with conn.transaction():
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 64), 1000)}")
-                if self._iterative:
-                    await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                iterative = "; SET LOCAL hnsw.iterative_scan = strict_order" if self._iterative else ""
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 64), 1000)}{iterative}")
                 rows = await conn.fetch(
                     f"SELECT id, 1 - (embedding::{cast} <=> $1::{cast}) FROM vector_store_chunks "
                     f"WHERE dims = {dims} AND vector_store_id = ANY($2::text[]) AND {where} "
@@ -268,60 +240,9 @@ class PostgresChunkIndex:
                 "LIMIT $3", text, stores, limit, *args)
         return [(int(r[0]), float(r[1])) for r in rows]
 
-    async def _idf(self, conn: Any, stores: list[str], terms: list[str]) -> dict[str, float]:
-        """BM25's inverse document frequency of each word kept (:func:`app.knowledge.keywords.
-        selective`) over the searched stores' chunks only: document frequencies counted per
-        store and word, reused while the store's chunk count stays and for :data:`IDF_TTL`
-        seconds at most."""
-        now = time.monotonic()
-        rows = await conn.fetch("SELECT vector_store_id, n FROM vector_store_chunk_counts "
-                                "WHERE vector_store_id = ANY($1::text[])", stores)
-        counts = {str(r[0]): int(r[1]) for r in rows}
-        df = dict.fromkeys(terms, 0)
-        for store, n in counts.items():
-            cached = self._df.get(store)
-            if cached is None or cached[0] != n or now - cached[1] > IDF_TTL or len(cached[2]) > 10_000:
-                cached = self._df[store] = (n, now, {})
-            known = cached[2]
-            missing = [t for t in terms if t not in known]
-            if missing:
-                found = await conn.fetch(
-                    "SELECT u.t, (SELECT count(*) FROM vector_store_chunk_words WHERE vector_store_id = $1 "
-                    "AND tsv @@ plainto_tsquery('english', u.t)) FROM unnest($2::text[]) AS u(t)",
-                    store, missing)
-                known.update({str(r[0]): int(r[1]) for r in found})
-            for t in terms:
-                df[t] += known[t]
-        total = sum(counts.values())
-        return {t: idf(df[t], total) for t in selective(df, total)}
-
     async def _keyword(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
-        """Chunks holding any of the words, ranked by the sum over the words they hold of the
-        word's idf times ``ts_rank`` (term frequency, over 1 + log of the chunk's length):
-        BM25's shape from PostgreSQL's full text, whose own ``ts_rank`` knows no document
-        frequency.  Each (chunk, word) pair is found through the GIN index and ranked once."""
-        terms = keyword_terms(query.text)
-        if not terms:
-            return []
         async with guard(), self._pool.acquire() as conn:
-            weights = await self._idf(conn, stores, terms)
-            if not weights:
-                return []
-            where, args = _where(query, 3 + 2 * len(weights))
-            # without a filter, the narrow table (the wide rows' TOASTed tsvectors made the keyword
-            # leg ~3x slower, benchmarks/RESULTS.md); a filter needs the wide rows' attributes
-            # anyway, and joining the narrow table to them measured slower than the wide table
-            table = "vector_store_chunk_words" if query.filters is None else "vector_store_chunks"
-            # one branch per word, each found through the GIN index with its own tsquery (a join
-            # on the words would let the planner scan the store's rows instead)
-            branches = " UNION ALL ".join(
-                f"SELECT id, ${4 + 2 * i}::float8 * ts_rank(tsv, plainto_tsquery('english', ${3 + 2 * i}), "
-                f"1) AS r FROM {table} WHERE tsv @@ plainto_tsquery('english', ${3 + 2 * i}) "
-                f"AND vector_store_id = ANY($1::text[]) AND {where}" for i in range(len(weights)))
-            pairs = [v for t, w in weights.items() for v in (t, w)]
-            rows = await conn.fetch(f"SELECT id, sum(r) AS r FROM ({branches}) AS m GROUP BY id "
-                                    "ORDER BY r DESC, id LIMIT $2", stores, limit, *pairs, *args)
-        return [(int(r[0]), float(r[1])) for r in rows]
+            return await postgres_keywords.rank(conn, query.text, stores, limit, query.filters)
 
     async def _vectors(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
         async with guard(), self._pool.acquire() as conn:
