@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import httpx
 import orjson
@@ -110,22 +110,73 @@ class HttpBackend:
     def stream(self, prompt: Prompt, params: GenerationParams) -> AsyncIterator[Chunk]:
         return self.stream_via(self.dialect, prompt, params)
 
-    async def stream_via(self, dialect: Dialect, prompt: Prompt, params: GenerationParams,
-                         ) -> AsyncIterator[Chunk]:
+    def stream_via(self, dialect: Dialect, prompt: Prompt, params: GenerationParams) -> ChunkBatches:
         """:meth:`stream` through another dialect of the same server (its legacy completions or
         raw generate endpoint), with the same replicas, failover and closing."""
         body = dialect.request_body(prompt, params)
+        return ChunkBatches(self._batches(dialect, body, params.affinity))
+
+    async def _batches(self, dialect: Dialect, body: dict[str, Any], affinity: str | None,
+                       ) -> AsyncIterator[list[Chunk]]:
         reader = dialect.reader()
 
-        def open_stream(base: str) -> AsyncIterator[dict[str, Any]]:
-            return post_stream(self._client, dialect.url(base), body, dialect.label,
-                               framing=dialect.framing, headers=dialect.headers(),
-                               errors=dialect.error, is_last=reader.is_last)
+        def open_stream(base: str) -> AsyncIterator[list[dict[str, Any]]]:
+            return post_batches(self._client, dialect.url(base), body, dialect.label,
+                                framing=dialect.framing, headers=dialect.headers(),
+                                errors=dialect.error, is_last=reader.is_last)
 
-        # aclosing: a client disconnect closes the upstream response now, not at GC time.
-        async with aclosing(failover(self.pool, open_stream, params.affinity)) as events:
-            async for event in events:
-                yield reader.chunk(event)
+        # failover passes on what open_stream yields, here lists of events (its first: the
+        # first event's arrival). aclosing: a client disconnect closes the upstream response
+        # now, not at GC time.
+        reads = cast(AsyncGenerator[list[dict[str, Any]], None],
+                     failover(self.pool, cast(Callable[[str], AsyncIterator[Any]], open_stream), affinity))
+        async with aclosing(reads) as batches:
+            async for batch in batches:
+                chunks: list[Chunk] = []
+                try:
+                    for event in batch:
+                        chunks.append(reader.chunk(event))
+                except BaseException:
+                    if chunks:
+                        yield chunks  # the chunks before a bad event, as one at a time did
+                    raise
+                yield chunks
+
+
+class ChunkBatches:
+    """A backend's chunks, one at a time (``async for``), or as they arrived together
+    (:meth:`batch`: the events of one upstream read, a list per wake-up instead of one
+    generator step per token for every layer between the socket and the parser).  Both views
+    read one stream; ``aclose`` closes the upstream request."""
+
+    __slots__ = ("_buffer", "_source")
+
+    def __init__(self, source: AsyncIterator[list[Chunk]]) -> None:
+        self._source = source
+        self._buffer: list[Chunk] = []
+
+    def __aiter__(self) -> ChunkBatches:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        while not self._buffer:
+            self._buffer = (await self._source.__anext__())[::-1]
+        return self._buffer.pop()
+
+    async def batch(self) -> list[Chunk]:
+        """What is left of the latest read, else the next read's chunks (never empty);
+        ``StopAsyncIteration`` at the end."""
+        if self._buffer:
+            out, self._buffer = self._buffer[::-1], []
+            return out
+        while not (out := await self._source.__anext__()):
+            pass
+        return out
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._source, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any], label: str, *,
@@ -133,12 +184,28 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
                       errors: ErrorMapper = status_error,
                       is_last: Callable[[dict[str, Any]], bool] | None = None,
                       ) -> AsyncIterator[dict[str, Any]]:
-    """POST ``body`` as JSON and yield each event of the streamed answer as a JSON object.
+    """POST ``body`` as JSON and yield each event of the streamed answer as a JSON object:
+    :func:`post_batches`, one event at a time."""
+    async with aclosing(post_batches(client, url, body, label, framing=framing, headers=headers,
+                                     errors=errors, is_last=is_last)) as batches:
+        async for batch in batches:
+            for event in batch:
+                yield event
+
+
+async def post_batches(client: httpx.AsyncClient, url: str, body: dict[str, Any], label: str, *,
+                       framing: Framing = "sse", headers: Mapping[str, str] | None = None,
+                       errors: ErrorMapper = status_error,
+                       is_last: Callable[[dict[str, Any]], bool] | None = None,
+                       ) -> AsyncGenerator[list[dict[str, Any]], None]:
+    """POST ``body`` as JSON and yield the events of the streamed answer as JSON objects, a
+    list per read of the body that completed at least one (never an empty list).
 
     The POST runs on the client's thin upstream client (:mod:`adapters.upstream`: aiohttp
     on the pooled connection in production, httpx for any other client).  Non-200 answers
     (mapped by ``errors``) and transport failures raise typed gateway
-    errors; SSE's ``[DONE]`` is skipped.  Leaving the iteration early closes the upstream
+    errors; SSE's ``[DONE]`` is skipped.  A malformed event raises after the events before
+    it in its read were yielded.  Leaving the iteration early closes the upstream
     response (and with it the connection), which is how a client disconnect cancels the
     generation.  ``is_last`` recognises the server's final event: the rest of the body
     (normally only the end of the chunked encoding and a ``[DONE]``) is read before that
@@ -164,21 +231,34 @@ async def post_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any],
             raws = response.aiter_raw()
             async for raw in raws:
                 pending = decoder.decode(raw)
-                for i, data in enumerate(pending):
-                    if data == "[DONE]":
-                        continue
-                    event = json_event(data, label)
-                    if is_last is not None and is_last(event):
-                        rest = pending[i + 1:] + await _drain(raws, decoder)
-                        yield event
-                        for data in rest:
-                            if data != "[DONE]":
-                                yield json_event(data, label)
-                        return
-                    yield event
-            for data in decoder.flush():
-                if data != "[DONE]":
-                    yield json_event(data, label)
+                if not pending:
+                    continue
+                batch: list[dict[str, Any]] = []
+                try:
+                    for i, data in enumerate(pending):
+                        if data == "[DONE]":
+                            continue
+                        event = json_event(data, label)
+                        batch.append(event)
+                        if is_last is not None and is_last(event):
+                            rest = pending[i + 1:] + await _drain(raws, decoder)
+                            for data in rest:
+                                if data != "[DONE]":
+                                    batch.append(json_event(data, label))
+                            break
+                    else:
+                        event = None
+                except GatewayError:
+                    if batch:
+                        yield batch  # what came before the malformed event, as one at a time did
+                    raise
+                if batch:
+                    yield batch
+                if event is not None:  # the last event: the body was drained
+                    return
+            tail = [json_event(data, label) for data in decoder.flush() if data != "[DONE]"]
+            if tail:
+                yield tail
     except httpx.HTTPError as exc:
         if span is not None:
             tracing.failed(span, exc)

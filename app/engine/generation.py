@@ -30,6 +30,7 @@ from app.core.conversation import (
 from app.core.errors import ContextLengthExceeded, GatewayError, InvalidRequest, UpstreamError
 from app.core.output import Chunk
 from app.core.prompt import Prompt
+from app.core.shed import shed_later
 from app.engine.admission import Admission
 from app.engine.constrained import answer_chunks
 from app.engine.stream import EventStream, invalid_output
@@ -282,13 +283,21 @@ async def _prepare(route: ModelRoute, conv: Conversation, params: GenerationPara
     big = is_big(conv)
 
     async def attempt(candidate: Conversation, dropped: int) -> Prepared:
-        check_floor(route, candidate, params, window)
+        if big:  # a sum over every message: off the event loop too
+            await asyncio.to_thread(check_floor, route, candidate, params, window)
+        else:
+            check_floor(route, candidate, params, window)
         prompt = await render_tokens(route, candidate, params, big)
         if truncate and prompt_tokens(prompt) is None and (
                 estimate_tokens(prompt) + (params.max_tokens or 0) >= window):
             raise ContextLengthExceeded("The input is estimated not to fit the context window.",
                                         param="input")
-        return Prepared(candidate, _budget(route, prompt, params, window), prompt, dropped)
+        try:
+            return Prepared(candidate, _budget(route, prompt, params, window), prompt, dropped)
+        except ContextLengthExceeded:
+            if big and prompt.token_ids is not None:  # a refused long prompt's ids: freed off the loop
+                shed_later(prompt.token_ids)
+            raise
 
     try:
         return await attempt(conv, 0)
@@ -369,4 +378,5 @@ async def open_stream(route: ModelRoute, prepared: Prepared) -> EventStream:
     strict = {t.name: t.parameters for t in conv.tools if t.strict}
     return EventStream(first, chunks, parser, params, frozenset(allowed), route.name, ttft,
                        release=admission.release if admission is not None else None,
-                       strict_tools=strict, answer_schema=rf.schema if rf and rf.strict else None)
+                       strict_tools=strict, answer_schema=rf.schema if rf and rf.strict else None,
+                       prompt_estimate=lambda: estimate_tokens(prompt))

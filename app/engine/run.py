@@ -151,6 +151,10 @@ class Run:
             if stream is None and not isinstance(source, AsyncIterator):
                 stream = await source
             assert stream is not None
+            if self.mode == "wait":  # only the fold is seen: deltas that come together are one
+                coalesce = getattr(stream, "coalesce", None)
+                if coalesce is not None:
+                    coalesce()
             async for event in stream:
                 self.chunks += 1
                 if not self.chunks % YIELD_EVERY:  # one upstream chunk of 100k tokens is 100k events

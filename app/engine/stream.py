@@ -40,6 +40,32 @@ def invalid_output(exc: Exception) -> ev.Error:
                     f"{str(exc)[:200]}); the answer was cut short.", code="invalid_model_output")
 
 
+def _joinable(event: ev.Event) -> str | None:
+    """The text of a delta that can be joined with the next one of its kind, else None."""
+    if isinstance(event, ev.TextDelta):
+        return None if event.logprobs else event.text
+    if isinstance(event, ev.ReasoningDelta | ev.PreambleDelta):
+        return event.text
+    if isinstance(event, ev.ToolCallArgumentsDelta):
+        return event.delta
+    return None
+
+
+def _joined(first: ev.Event, texts: list[str]) -> ev.Event:
+    """``first`` as one delta of ``texts`` (its own and those joined to it, see ``_merged``)."""
+    if len(texts) < 2:
+        return first
+    text = "".join(texts)
+    if isinstance(first, ev.ToolCallArgumentsDelta):
+        return ev.ToolCallArgumentsDelta(first.index, text)
+    if isinstance(first, ev.TextDelta):
+        return ev.TextDelta(text)
+    if isinstance(first, ev.ReasoningDelta):
+        return ev.ReasoningDelta(text)
+    assert isinstance(first, ev.PreambleDelta)
+    return ev.PreambleDelta(text)
+
+
 class EventStream:
     """Async iterator of events for one generation; ``aclose()`` cancels upstream."""
 
@@ -48,7 +74,8 @@ class EventStream:
                  allowed_tools: frozenset[str], model: str = "", upstream_seconds: float = 0.0,
                  release: Callable[[], None] | None = None,
                  strict_tools: dict[str, dict[str, Any] | None] | None = None,
-                 answer_schema: dict[str, Any] | None = None) -> None:
+                 answer_schema: dict[str, Any] | None = None,
+                 prompt_estimate: Callable[[], int] | None = None) -> None:
         self._first = first
         self._chunks = chunks
         self._parser = parser
@@ -64,6 +91,12 @@ class EventStream:
         self._closed = False
         self._release = release  # the admission slot, given back when the stream ends
         self._held_part: ev.PartDone | None = None
+        self._coalesce = False
+        # What the backend did if it never reports its usage (the client left, the backend
+        # failed mid-answer): the prompt, and a token per token id (or event) received.
+        self._prompt_estimate = prompt_estimate
+        self._seen = 0
+        self._charged = False
         if self._stats is not None:
             self._stats.metrics.open_streams.inc()
 
@@ -84,6 +117,7 @@ class EventStream:
         """Parsed events; any failure of the backend or the parser is one terminal Error."""
         try:
             if self._first is not None:
+                self._seen += len(self._first.token_ids) or 1
                 if _huge(self._first):
                     async for event in self._feed_slices(self._first):
                         yield event
@@ -91,15 +125,39 @@ class EventStream:
                     for event in self._hold_parts(self._parser.feed(self._first)):
                         yield event
             t0 = time.perf_counter()
-            async for chunk in self._chunks:
-                self._upstream += time.perf_counter() - t0
-                if _huge(chunk):
-                    async for event in self._feed_slices(chunk):
+            batch = getattr(self._chunks, "batch", None)
+            if batch is not None:  # what one upstream read brought, one step for all of it
+                while True:
+                    try:
+                        chunks: list[Chunk] = await batch()
+                    except StopAsyncIteration:
+                        break
+                    self._upstream += time.perf_counter() - t0
+                    self._seen += sum(len(chunk.token_ids) or 1 for chunk in chunks)
+                    events: list[ev.Event] = []
+                    for chunk in chunks:
+                        if _huge(chunk):
+                            for event in self._hold_parts(self._merged(events)):
+                                yield event
+                            events = []
+                            async for event in self._feed_slices(chunk):
+                                yield event
+                        else:
+                            events += self._parser.feed(chunk)
+                    for event in self._hold_parts(self._merged(events)):
                         yield event
-                else:
-                    for event in self._hold_parts(self._parser.feed(chunk)):
-                        yield event
-                t0 = time.perf_counter()
+                    t0 = time.perf_counter()
+            else:
+                async for chunk in self._chunks:
+                    self._upstream += time.perf_counter() - t0
+                    self._seen += len(chunk.token_ids) or 1
+                    if _huge(chunk):
+                        async for event in self._feed_slices(chunk):
+                            yield event
+                    else:
+                        for event in self._hold_parts(self._parser.feed(chunk)):
+                            yield event
+                    t0 = time.perf_counter()
             for event in self._hold_parts(self._parser.close()):
                 yield event
         except GatewayError as exc:
@@ -123,6 +181,34 @@ class EventStream:
                 await asyncio.sleep(0)
             for event in self._hold_parts(events):
                 yield event
+
+    def coalesce(self) -> None:
+        """Join the adjacent deltas of one part that arrive together (one upstream read) into
+        one delta: for an answer that is only folded (a non-streaming one), where how its text
+        was cut into deltas is never seen; a streamed answer keeps one delta per token."""
+        self._coalesce = True
+
+    def _merged(self, events: list[ev.Event]) -> list[ev.Event]:
+        """``events`` with adjacent deltas of the same part joined, when :meth:`coalesce` was
+        asked (deltas with logprobs are left as they are)."""
+        if not self._coalesce or len(events) < 2:
+            return events
+        out: list[ev.Event] = []
+        run: list[str] = []  # the texts of ``last`` and of the deltas joined to it
+        last: ev.Event | None = None
+        for event in events:
+            text = _joinable(event)
+            if text is not None and run and type(event) is type(last) and not (
+                    isinstance(event, ev.ToolCallArgumentsDelta)
+                    and isinstance(last, ev.ToolCallArgumentsDelta) and event.index != last.index):
+                run.append(text)
+                continue
+            if last is not None:
+                out.append(_joined(last, run))
+            last, run = event, ([text] if text is not None else [])
+        assert last is not None
+        out.append(_joined(last, run))
+        return out
 
     def _hold_parts(self, events: list[ev.Event]) -> list[ev.Event]:
         """Each ``PartDone`` is held until the next event: a part the token budget cut
@@ -192,6 +278,7 @@ class EventStream:
         if stats is None:
             return
         if isinstance(event, ev.Finished):
+            self._charged = True
             stats.metrics.tokens.labels(self._model, "in").inc(event.usage.prompt_tokens)
             stats.metrics.tokens.labels(self._model, "out").inc(event.usage.completion_tokens)
             stats.tokens += event.usage.total_tokens
@@ -203,6 +290,18 @@ class EventStream:
             stats.metrics.backend_errors.labels(self._model, event.code).inc()
             stats.error_code = event.code
 
+    def _charge_estimate(self, stats: metrics.RequestStats) -> None:
+        """A generation that ended without its usage (client gone, backend failed, stream
+        closed early) still cost its prompt and the tokens produced so far: a key's budget and
+        tokens-per-minute would otherwise miss every stream its client leaves early."""
+        prompt = self._prompt_estimate() if self._prompt_estimate is not None else 0
+        out = self._seen
+        stats.metrics.tokens.labels(self._model, "in").inc(prompt)
+        stats.metrics.tokens.labels(self._model, "out").inc(out)
+        stats.tokens += prompt + out
+        stats.prompt_tokens += prompt
+        stats.completion_tokens += out
+
     def _finish_stats(self) -> None:
         if self._closed:
             return
@@ -210,6 +309,8 @@ class EventStream:
         if self._release is not None:
             self._release()
         if self._stats is not None:
+            if not self._charged:  # ended before the backend's usage: charge what it did
+                self._charge_estimate(self._stats)
             self._stats.upstream_seconds += self._upstream
             self._stats.metrics.upstream.labels(self._model).observe(self._upstream)
             self._stats.metrics.open_streams.dec()
