@@ -42,6 +42,8 @@ Json = dict[str, Any]
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                 "content_filter": "refusal"}
 PING: Json = {"type": "ping"}
+_HOSTED_CALLS = ("server_tool_use", "mcp_tool_use")  # blocks whose input is sent once complete
+_PIECES = (ev.TextDelta, ev.PreambleDelta, ev.ReasoningDelta)
 
 
 def usage_dict(usage: Usage) -> Json:
@@ -132,8 +134,10 @@ class MessagesEncoder:
             return []
         if isinstance(event, ev.TERMINAL):
             self.terminal = True
-        out = self._events(event)
-        return out if self._stream else []
+        if not self._stream:
+            self._fold(event)
+            return []
+        return self._events(event)
 
     def cancel(self) -> list[Json]:
         """The client is gone: nothing more to say."""
@@ -191,6 +195,27 @@ class MessagesEncoder:
                  else {"type": "text_delta", "text": text})
         out.append({"type": "content_block_delta", "index": len(self._blocks) - 1, "delta": delta})
         return out
+
+    def _fold(self, event: ev.Event) -> None:
+        """A non-streamed message: the text, thinking and argument pieces go straight to their
+        block, without the stream event nobody reads; every other event (a block opens or
+        closes, a call ends, the finish) goes through :meth:`_events`, so both views keep the
+        same blocks."""
+        if isinstance(event, _PIECES):
+            text, block = event.text, self._open
+            if not text:
+                return
+            want = "thinking" if type(event) is ev.ReasoningDelta else "text"
+            if block is not None and block.kind == want:
+                block.pieces.append(text)
+            else:
+                self._delta(want, text)
+        elif isinstance(event, ev.ToolCallArgumentsDelta):
+            block, delta = self._open, event.delta
+            if block is not None and (block.kind in _HOSTED_CALLS or (block.kind == "tool_use" and delta)):
+                block.pieces.append(delta)
+        else:
+            self._events(event)
 
     def _events(self, event: ev.Event) -> list[Json]:
         if isinstance(event, ev.ReasoningDelta):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -68,6 +69,7 @@ OpenThinking = Callable[[str, str], str]
 
 MAX_STOP_SEQUENCES = 4
 BILLING_HEADER = "x-anthropic-billing-header:"
+AUTO = ToolChoice("auto")  # frozen: one for every request without a tool_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,8 @@ def _tools(req: wire.MessagesRequest | wire.CountTokensRequest) -> tuple[Functio
         if name not in seen:
             raise InvalidRequest(f"{where} references tool {name!r}, which is not in tools.",
                                  param=f"{where}.tool_name")
+    if not tools and not seen:  # no tools (the common request): nothing more to check
+        return ()
     hosted = server_tools.functions_of(req.tools)
     taken = sorted({t.name for t in tools} & {f.name for f in hosted})
     if taken:
@@ -314,7 +318,7 @@ def _tool_choice(req: wire.MessagesRequest | wire.CountTokensRequest,
     """The choice, and whether parallel calls are allowed."""
     choice = req.tool_choice
     if choice is None:
-        return ToolChoice("auto"), True
+        return AUTO, True
     if isinstance(choice, wire.ToolChoiceNone):
         return ToolChoice("none"), True
     parallel = not choice.disable_parallel_tool_use
@@ -357,33 +361,38 @@ def _thinking(thinking: wire.Thinking | None) -> tuple[ReasoningEffort | None, b
     return ("low" if budget < 4096 else "medium" if budget < 16384 else "high"), True
 
 
-def conversation_of(req: wire.MessagesRequest | wire.CountTokensRequest,
-                    open_thinking: OpenThinking) -> tuple[Conversation, GenerationParams]:
-    """What ``count_tokens`` and a message share: the conversation and the prompt's controls."""
+def _prompt(req: wire.MessagesRequest | wire.CountTokensRequest, open_thinking: OpenThinking,
+            **sampling: Any) -> tuple[Conversation, GenerationParams]:
+    """The conversation and the prompt's controls, with ``sampling`` (a message's own
+    parameters) in the same :class:`GenerationParams`: built once."""
     tools = _tools(req)
     choice, parallel = _tool_choice(req, tools)
     effort, switch = _thinking(req.thinking)
     params = GenerationParams(reasoning_effort=effort, thinking=switch, tool_choice=choice,
-                              parallel_tool_calls=parallel)
+                              parallel_tool_calls=parallel, **sampling)
     return Conversation(_messages(req, open_thinking), tools), params
+
+
+def conversation_of(req: wire.MessagesRequest | wire.CountTokensRequest,
+                    open_thinking: OpenThinking) -> tuple[Conversation, GenerationParams]:
+    """What ``count_tokens`` and a message share: the conversation and the prompt's controls."""
+    return _prompt(req, open_thinking)
 
 
 def ingest_messages(req: wire.MessagesRequest, open_thinking: OpenThinking) -> MessagesIngest:
     if req.top_k is not None:
         raise InvalidRequest("top_k sampling is not available through this gateway; leave it out.",
                              param="top_k", code="unsupported_parameter")
-    stop = tuple(req.stop_sequences or ())
-    if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
+    stop = tuple(req.stop_sequences) if req.stop_sequences else ()
+    if stop and (len(stop) > MAX_STOP_SEQUENCES or not all(stop)):
         raise InvalidRequest(f"stop_sequences takes up to {MAX_STOP_SEQUENCES} non-empty strings.",
                              param="stop_sequences")
-    if isinstance(req.thinking, wire.ThinkingEnabled) and req.thinking.budget_tokens >= req.max_tokens:
+    thinking = req.thinking
+    if isinstance(thinking, wire.ThinkingEnabled) and thinking.budget_tokens >= req.max_tokens:
         raise InvalidRequest("max_tokens must be greater than thinking.budget_tokens.",
                              param="max_tokens")
-    conversation, base = conversation_of(req, open_thinking)
-    params = GenerationParams(
-        max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=stop,
-        user=req.metadata.user_id if req.metadata else None,
-        reasoning_effort=base.reasoning_effort, thinking=base.thinking,
-        tool_choice=base.tool_choice, parallel_tool_calls=base.parallel_tool_calls)
-    display = getattr(req.thinking, "display", None)
+    conversation, params = _prompt(req, open_thinking, max_tokens=req.max_tokens,
+                                   temperature=req.temperature, top_p=req.top_p, stop=stop,
+                                   user=req.metadata.user_id if req.metadata else None)
+    display = getattr(thinking, "display", None) if thinking is not None else None
     return MessagesIngest(req.model, conversation, params, req.stream, show_thinking=display != "omitted")

@@ -23,7 +23,7 @@ from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
 from app.api.messages import web_fetch
-from app.api.messages.documents import read_documents
+from app.api.messages.documents import has_sources, read_documents
 from app.api.messages.encode import MessagesEncoder
 from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
 from app.api.messages.mcp import open_mcp
@@ -31,6 +31,7 @@ from app.api.messages.server_blocks import ServerBlocks
 from app.api.messages.server_tools import open_server_tools
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
+from app.core.shed import shed_later
 from app.engine.count import count_tokens
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.loop import LoopLimits
@@ -56,8 +57,9 @@ def _sealer(request: Request) -> Sealer:
     return sealer
 
 
-def _opener(request: Request) -> OpenThinking:
-    sealer, tenant = _sealer(request), principal(request).tenant
+def _opener(request: Request, sealer: Sealer | None = None, tenant: str | None = None) -> OpenThinking:
+    sealer = sealer if sealer is not None else _sealer(request)
+    tenant = tenant if tenant is not None else principal(request).tenant
 
     def open_thinking(token: str, param: str) -> str:
         return open_reasoning(sealer, tenant, token, param)
@@ -80,18 +82,22 @@ def _context(body: MessagesRequest) -> str:
 
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
-    engine: Engine = request.app.state.engine
+    state = request.app.state
+    engine: Engine = state.engine
     model = engine.registry.canonical(body.model)  # the answer names the model asked for
     check_model(request, model)
     await read_documents(body, request)  # after the key may use the model: PDFs are work
-    ingest = (await asyncio.to_thread(ingest_messages, body, _opener(request)) if len(body.messages) > BIG
-              else ingest_messages(body, _opener(request)))  # a long history: CPU off the event loop
+    services, who = state.responses, principal(request)
+    sealer: Sealer = services.sealer
+    opener = _opener(request, sealer, who.tenant)
+    ingest = (await asyncio.to_thread(ingest_messages, body, opener) if len(body.messages) > BIG
+              else ingest_messages(body, opener))  # a long history: CPU off the event loop
     message_id = random_id("msg_")
-    sealer, who = _sealer(request), principal(request)
-    services, settings = request.app.state.responses, engine.registry.config.tools
+    settings = engine.registry.config.tools
     server = open_server_tools(body.tools, settings, services.search, services.sandbox,
-                               engine.registry.config.media, _context(body))
-    mcp = await open_mcp(body.mcp_servers, settings, who.tenant)  # connected: closed by the run
+                               engine.registry.config.media, _context(body)) if body.tools else None
+    # connected: closed by the run
+    mcp = await open_mcp(body.mcp_servers, settings, who.tenant) if body.mcp_servers else None
     conversation, mcp_names = ingest.conversation, {}
     boxes = [b.toolbox for b in (server, mcp) if b is not None]
     if mcp is not None:
@@ -113,9 +119,12 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
         return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream,
                                show_thinking=ingest.show_thinking, server=blocks)
 
-    limits = LoopLimits(None, settings.max_rounds, settings.deadline_seconds, settings.max_parallel)
-    toolbox = (boxes[0] if len(boxes) == 1 else Toolboxes(boxes)) if boxes else None
-    run_request = RunRequest(model, conversation, ingest.params, limits=limits, toolbox=toolbox)
+    if boxes:
+        limits = LoopLimits(None, settings.max_rounds, settings.deadline_seconds, settings.max_parallel)
+        toolbox = boxes[0] if len(boxes) == 1 else Toolboxes(boxes)
+        run_request = RunRequest(model, conversation, ingest.params, limits=limits, toolbox=toolbox)
+    else:  # client tools only: one generation, no loop
+        run_request = RunRequest(model, conversation, ingest.params)
     starting = engine.start(run_request, encoder, run_id=message_id,
                             mode="stream" if ingest.stream else "wait", owner=who)
     if not ingest.stream:
@@ -130,9 +139,13 @@ async def count_message_tokens(body: CountTokensRequest, request: Request) -> Re
     engine: Engine = request.app.state.engine
     model = engine.registry.canonical(body.model)
     check_model(request, model)
-    await read_documents(body, request)
+    big = len(body.messages) > BIG  # a long conversation: scanned, converted and freed off the loop
+    if not big or await asyncio.to_thread(has_sources, body):
+        await read_documents(body, request)
     conversation, params = (await asyncio.to_thread(conversation_of, body, _opener(request))
-                            if len(body.messages) > BIG else conversation_of(body, _opener(request)))
+                            if big else conversation_of(body, _opener(request)))
     counted = await count_tokens(engine.registry, model, conversation, params)
+    if big:
+        shed_later(conversation.messages)
     headers = {} if counted.exact else {"ocm-token-count": "estimated"}
     return JSONResponse({"input_tokens": counted.tokens}, headers=headers)

@@ -5,17 +5,15 @@ corrupt files are Anthropic 400s; the document's text is inert in the prompt."""
 from __future__ import annotations
 
 import base64
-import hashlib
 from typing import Any
 
 import anthropic
 import pytest
 
-from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
 from tests.support.anthropic_sdk import clients
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config
+from tests.support.gateway import MODEL, alice_and_bob
 from tests.support.pdf import make_bomb, make_pdf
 
 FINAL = "<|channel|>final<|message|>Read it.<|return|>"
@@ -102,8 +100,7 @@ async def test_bad_documents_are_anthropic_400s(source: Any, says: str) -> None:
 
 
 async def test_a_files_api_document_is_the_callers_own() -> None:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    cfg = GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys}})
+    cfg = alice_and_bob()
     fake = FakeLlamaCpp(FINAL)
     async with clients(fake.transport(), cfg, api_key="alice") as c:
         up = await c.http.post("/v1/files", headers={"authorization": "Bearer alice"},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from tests.support.anthropic_sdk import clients
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.fake_vision_llamacpp import FakeVisionLlamaCpp
 from tests.support.gateway import MODEL, config
-from tests.support.http_thread import serving
+from tests.support.http_thread import Quiet, serving
 from tests.support.pdf import make_pdf
 
 PDF = make_pdf("Fetched walrus memo")
@@ -31,7 +30,7 @@ VISION = {"prompt_format": "template",
           "template": {"builtin": "gemma3", "bos_token": "<bos>", "eos_token": "<eos>"}}
 
 
-class _Media(BaseHTTPRequestHandler):
+class _Media(Quiet):
     def do_GET(self) -> None:
         routes: dict[str, tuple[int, str, bytes]] = {
             "/media/memo.pdf": (200, "application/pdf", PDF),
@@ -42,22 +41,11 @@ class _Media(BaseHTTPRequestHandler):
             "/secret/key.txt": (200, "text/plain", b"do not leak"),
         }
         if self.path == "/media/redirect":
-            self.send_response(302)
-            self.send_header("location", "/secret/key.txt")
-            self.send_header("content-length", "0")
-            self.end_headers()
+            self.reply(302, "text/plain", b"", location="/secret/key.txt")
             return
         if self.path == "/media/slow":
             time.sleep(1.5)
-        status, kind, body = routes.get(self.path, (404, "text/plain", b""))
-        self.send_response(status)
-        self.send_header("content-type", kind)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(*routes.get(self.path, (404, "text/plain", b"")))
 
 
 @pytest.fixture(scope="module")

@@ -43,3 +43,30 @@ async def test_long_conversations_are_converted_off_the_event_loop(
         await c.sdk.messages.create(model=MODEL, max_tokens=20, messages=_turns(n))
     assert threads == [off_loop, off_loop]
     assert counted.input_tokens == len(upstream.requests[0]["prompt"])
+
+
+@pytest.mark.parametrize("n, off_loop", [(3, []), (routes.BIG + 1, [True])])
+async def test_a_long_count_is_scanned_for_documents_and_freed_off_the_event_loop(
+        n: int, off_loop: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan for documents to read walks every block (100,000 messages: ~15 ms on the loop),
+    and the converted conversation is freed in pieces (its one dealloc held the loop ~15 ms)."""
+    scanned: list[bool] = []
+    freed: list[int] = []
+    real_scan, real_free = routes.has_sources, routes.shed_later
+
+    def has_sources(*args: Any) -> Any:
+        scanned.append(threading.current_thread() is not threading.main_thread())
+        return real_scan(*args)
+
+    def shed_later(*groups: Any) -> None:
+        freed.extend(len(g) for g in groups)
+        real_free(*groups)
+
+    monkeypatch.setattr(routes, "has_sources", has_sources)
+    monkeypatch.setattr(routes, "shed_later", shed_later)
+    upstream = FakeLlamaCpp(ANSWER)
+    async with clients(upstream.transport()) as c:
+        counted = await c.sdk.messages.count_tokens(model=MODEL, messages=_turns(n))
+        await c.sdk.messages.create(model=MODEL, max_tokens=20, messages=_turns(n))
+    assert scanned == off_loop and freed == ([n] if off_loop else [])
+    assert counted.input_tokens == len(upstream.requests[0]["prompt"])

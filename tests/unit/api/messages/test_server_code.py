@@ -12,19 +12,14 @@ from typing import Any
 import pytest
 
 from tests.support.anthropic_sdk import clients
-from tests.support.gateway import MODEL, config
+from tests.support.gateway import MODEL, with_tool
 from tests.support.process import Running
 from tests.support.sandbox import TOKEN, sandbox_service
-from tests.support.switch_model import Switch, answer
+from tests.support.switch_model import Switch, answer, python
 
 pytestmark = pytest.mark.timeout(120)
 CODE: Any = {"type": "code_execution_20250522", "name": "code_execution"}
 ASK: Any = [{"role": "user", "content": "What is 6 times 7? Compute it."}]
-
-
-def python(code: str) -> str:
-    """A call of gpt-oss's built-in python tool: the code itself, from the analysis channel."""
-    return f"<|channel|>analysis to=python<|message|>{code}<|call|>"
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +29,7 @@ def sandbox() -> Iterator[Running]:
 
 
 def cfg(sandbox: Running) -> Any:
-    c = config(context_window=16384)
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "code_interpreter": c.tools.code_interpreter.model_validate({"url": sandbox.url, "token": TOKEN})})})
+    return with_tool("code_interpreter", url=sandbox.url, token=TOKEN)
 
 
 async def test_a_run_comes_back_as_code_execution_blocks(sandbox: Running) -> None:

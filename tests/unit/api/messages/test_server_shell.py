@@ -18,7 +18,7 @@ from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from tests.support.anthropic_sdk import clients
-from tests.support.gateway import MODEL, config, sse_payloads
+from tests.support.gateway import MODEL, config, sse_payloads, with_tool
 from tests.support.process import Running
 from tests.support.sandbox import TOKEN, sandbox_service
 from tests.support.switch_model import Switch, answer, call
@@ -44,11 +44,9 @@ def sandbox() -> Iterator[Running]:
 
 
 def cfg(sandbox: Running | None) -> Any:
-    c = config(context_window=16384)
     if sandbox is None:
-        return c
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "code_interpreter": c.tools.code_interpreter.model_validate({"url": sandbox.url, "token": TOKEN})})})
+        return config(context_window=16384)
+    return with_tool("code_interpreter", url=sandbox.url, token=TOKEN)
 
 
 async def test_a_command_comes_back_as_bash_blocks(sandbox: Running) -> None:

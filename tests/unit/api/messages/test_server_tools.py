@@ -17,7 +17,7 @@ from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from tests.support.anthropic_sdk import clients
-from tests.support.gateway import MODEL, config, sse_payloads
+from tests.support.gateway import MODEL, sse_payloads, with_tool
 from tests.support.paths import FIXTURES
 from tests.support.switch_model import Switch, answer, call
 
@@ -31,10 +31,8 @@ Json = dict[str, Any]
 
 
 def cfg(tmp_path: Path, documents: Path | None = CORPUS) -> Any:
-    c = config(context_window=16384)
     web = {"documents": str(documents), "index": str(tmp_path / "web.sqlite3")} if documents else {}
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "web_search": c.tools.web_search.model_validate(web)})})
+    return with_tool("web_search", **web)
 
 
 def searching(query: str = QUERY) -> Switch:

@@ -13,7 +13,6 @@ fake of :mod:`tests.support.switch_model`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anthropic
@@ -24,7 +23,7 @@ from pydantic import TypeAdapter
 from app.config import GatewayConfig
 from tests.support.anthropic_sdk import clients
 from tests.support.gateway import MODEL, config, sse_payloads
-from tests.support.http_thread import serving
+from tests.support.http_thread import serving, static
 from tests.support.switch_model import Switch, answer, call
 
 PAGE = (b"<html><head><title>Walrus facts</title><script>var x = 1;</script></head>"
@@ -32,27 +31,16 @@ PAGE = (b"<html><head><title>Walrus facts</title><script>var x = 1;</script></he
 FETCH: Any = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 3}
 
 
-class _Site(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        routes = {"/docs/walrus.html": (200, "text/html; charset=utf-8", PAGE),
-                  "/docs/notes.txt": (200, "text/plain", b"Plain notes."),
-                  "/docs/broken": (500, "text/plain", b"oops"),
-                  "/docs/image.png": (200, "image/png", b"\x89PNG\r\n\x1a\n"),
-                  "/private/key.txt": (200, "text/plain", b"do not leak")}
-        status, kind, body = routes.get(self.path, (404, "text/plain", b""))
-        self.send_response(status)
-        self.send_header("content-type", kind)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+_SITE = static({"/docs/walrus.html": (200, "text/html; charset=utf-8", PAGE),
+                "/docs/notes.txt": (200, "text/plain", b"Plain notes."),
+                "/docs/broken": (500, "text/plain", b"oops"),
+                "/docs/image.png": (200, "image/png", b"\x89PNG\r\n\x1a\n"),
+                "/private/key.txt": (200, "text/plain", b"do not leak")})
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
-    with serving(_Site) as url:
+    with serving(_SITE) as url:
         yield url
 
 
