@@ -25,22 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from benchmarks.overhead.processes import Fake, free_port, start_fake
+from benchmarks.overhead.processes import Fake, harmony_model, start_fake, start_gateway
 from benchmarks.overhead.targets import HARMONY_MODEL
 from benchmarks.overhead.trees import Tree
 
@@ -63,36 +60,7 @@ max_inflight = {max_inflight}
 [batches]
 share = {share}
 poll_seconds = 0.2
-[models."{HARMONY_MODEL}"]
-backend = "llamacpp"
-base_urls = ["{fake.urls['llamacpp']}"]
-prompt_format = "harmony"
-context_window = 8192
-[models."{HARMONY_MODEL}".harmony]
-current_date = "2026-11-28"
-"""
-
-
-@contextlib.contextmanager
-def _gateway(fake: Fake, workdir: Path, max_inflight: int, share: float) -> Iterator[str]:
-    port = free_port()
-    config = workdir / "gateway.toml"
-    config.write_text(_config(port, fake, workdir / "store.sqlite3", max_inflight, share))
-    log = (workdir / "gateway.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "serve", "--config", str(config),
-                             "--log-level", "warning"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
+{harmony_model(fake, "2026-11-28")}"""
 
 
 def _uptime() -> str:
@@ -271,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     slots = max(1, int(args.max_inflight * args.share))
     load_before = _uptime()
-    with tempfile.TemporaryDirectory() as tmp, \
-            start_fake(args.tokens, args.ttft, 0.0, Tree("here", ROOT, "app.cli.main:main")) as fake, \
-            _gateway(fake, Path(tmp), args.max_inflight, args.share) as url:
-        result = asyncio.run(measure(url, args, slots))
+    here = Tree("here", ROOT, "app.cli.main:main")
+    with tempfile.TemporaryDirectory() as tmp, start_fake(args.tokens, args.ttft, 0.0, here) as fake, \
+            start_gateway(fake, here, Path(tmp), "warning", lambda port: _config(
+                port, fake, Path(tmp) / "store.sqlite3", args.max_inflight, args.share)) as gateway:
+        result = asyncio.run(measure(gateway.url, args, slots))
     result["medians"] = _medians(result)
     result.update(settings={k: v for k, v in vars(args).items() if k != "out"}, slots=slots,
                   cpus=os.cpu_count(), load_before=load_before, load_after=_uptime())

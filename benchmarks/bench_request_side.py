@@ -7,21 +7,22 @@ interleaved.
 Each tree runs in a subprocess of its own (``PYTHONPATH``: its ``app`` and ``schemas``): a
 FastAPI app with one ``GatewayRoute`` endpoint per API (``POST /v1/chat/completions``'s,
 ``/v1/responses``' and ``/v1/messages``' body models, an endpoint that answers ``{}``), called
-as an ASGI app with the overhead benchmark's request bodies; thread CPU time per call, the best
-of 5 repeats of ``--calls`` calls.  No middleware, no engine: what the route class itself costs.
+as an ASGI app (:func:`benchmarks.inprocess.asgi_post`) with the overhead benchmark's request
+bodies; thread CPU time per call, the best of 5 repeats of ``--calls`` calls.  No middleware, no
+engine: what the route class itself costs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.overhead.trees import Tree, parse_tree, tree_env
+from benchmarks.inprocess import ratio_table, run_worker, write_rounds
+from benchmarks.overhead.runner import rotated
+from benchmarks.overhead.trees import Tree, parse_tree
 
+# ``python -c WORKER ROOT CALLS``: one tree's route class, CPU µs per call for each body
 WORKER = r'''
 import asyncio, json, sys, time
 import orjson
@@ -31,8 +32,11 @@ from app.http.body import GatewayRoute
 from schemas.chat import ChatCompletionRequest
 from schemas.messages import MessagesRequest
 from schemas.responses import CreateResponseBody
+sys.path.insert(0, sys.argv[1])
+from benchmarks.inprocess import asgi_post
+del sys.path[0]
 
-calls = int(sys.argv[1])
+calls = int(sys.argv[2])
 router = APIRouter(route_class=GatewayRoute)
 
 
@@ -60,28 +64,9 @@ BODIES = {"chat": {"model": "gpt-oss-bench", "messages": USER},
 
 
 async def call(path, raw):
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "method": "POST", "path": path,
-             "raw_path": path.encode(), "root_path": "", "query_string": b"", "http_version": "1.1",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
-             "scheme": "http", "server": ("t", 80), "client": ("c", 1), "state": {}}
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await asyncio.Event().wait()
-
-    statuses = []
-
-    async def send(message):
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
-
-    await app(scope, receive, send)
-    if statuses != [200]:
-        raise RuntimeError(f"{path}: {statuses}")
+    status, _ = await asgi_post(app, path, raw)
+    if status != 200:
+        raise RuntimeError(f"{path}: {status}")
 
 
 async def main():
@@ -105,11 +90,7 @@ asyncio.run(main())
 
 
 def run(tree: Tree, calls: int) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(calls)], cwd=tree.path, env=tree_env(tree),
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"tree {tree.label}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = run_worker(tree, WORKER, str(calls))
     return result
 
 
@@ -124,28 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     trees: list[Tree] = args.tree
     rounds = []
     for rnd in range(args.rounds):
-        order = trees[rnd % len(trees):] + trees[:rnd % len(trees)]
-        results = {tree.label: run(tree, args.calls) for tree in order}
+        results = {tree.label: run(tree, args.calls) for tree in rotated(trees, rnd)}
         print(f"round {rnd}: {results}", file=sys.stderr, flush=True)
         rounds.append(results)
-    first = trees[0].label
     print(f"CPU µs per call (thread time, best of 5 × {args.calls}; median of {args.rounds} rounds "
           "[min, max])\n")
-    ratios_head = "".join(f" | {t.label} / {first}" for t in trees[1:])
-    print("| body | " + " | ".join(t.label for t in trees) + ratios_head + " |")
-    print("|---" * (1 + 2 * len(trees) - 1) + "|")
-    for api in rounds[0][first]:
-        cells = []
-        for tree in trees:
-            values = [r[tree.label][api] for r in rounds]
-            cells.append(f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]")
-        for tree in trees[1:]:
-            ratios = [r[tree.label][api] / r[first][api] for r in rounds]
-            cells.append(f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]")
-        print(f"| {api} | " + " | ".join(cells) + " |")
+    print("\n".join(ratio_table("body", [t.label for t in trees], rounds, float, 1)))
     if args.json:
-        args.json.write_text(json.dumps({"trees": {t.label: str(t.path) for t in trees}, "rounds": rounds},
-                                        indent=1))
+        write_rounds(args.json, trees, rounds)
     return 0
 
 

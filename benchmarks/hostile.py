@@ -6,6 +6,11 @@ then sends each request of issue 25's reproducers, one at a time (``--rounds`` t
 second process asks ``/health`` every 10 ms.  For each it records the answer (status, code), how long it took,
 and the slowest ``/health`` answer meanwhile.  The target: every answer well under a second,
 ``/health`` under 50 ms throughout.  Results: a Markdown table and JSON beside ``--out``.
+
+``--tree LABEL=PATH`` (repeatable) runs one gateway per source tree (each from its own code) and
+measures them in interleaved rounds (case by case, round by round, tree after tree), so that a
+before/after comparison on a shared, loaded machine is a ratio taken under the same load: each
+further tree's row carries ``health_ratio``, its slowest ``/health`` over the first tree's.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.overhead.processes import HARMONY_MODEL, Fake, free_port, start_fake
+from benchmarks.overhead.processes import Fake, harmony_model, start_fake, start_gateway
+from benchmarks.overhead.targets import HARMONY_MODEL
 from benchmarks.overhead.trees import Tree
 from tests.support.mcp_server import running
 from tests.support.pdf import make_bomb, make_font_bomb, make_form_bomb
@@ -41,37 +47,16 @@ host = "127.0.0.1"
 port = {port}
 [store]
 path = ":memory:"
-[models."{HARMONY_MODEL}"]
-backend = "llamacpp"
-base_urls = ["{fake.urls['llamacpp']}"]
-context_window = 8192
-[models."{HARMONY_MODEL}".harmony]
-current_date = "2026-11-26"
-""" + allowed
+{harmony_model(fake, "2026-11-26")}""" + allowed
 
 
 @contextlib.contextmanager
-def _gateway(fake: Fake, workdir: Path, mcp_url: str = "") -> Iterator[str]:
-    import subprocess
-
-    port = free_port()
-    config = workdir / "gateway.toml"
-    config.write_text(_config(port, fake, mcp_url))
-    log = (workdir / "gateway.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "serve", "--config", str(config),
-                             "--log-level", "warning"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
+def _gateway(fake: Fake, workdir: Path, mcp_url: str = "", source: Path = ROOT) -> Iterator[str]:
+    """``ocm-gateway serve`` of the source tree ``source`` (its code: ``cwd`` and ``PYTHONPATH``,
+    checked), config and log in ``workdir``; yields its URL once ``/ready`` answers."""
+    with start_gateway(fake, Tree.at(source.name, source), workdir, "warning",
+                       lambda port: _config(port, fake, mcp_url)) as gateway:
+        yield gateway.url
 
 
 def _turns(n: int) -> list[Json]:
@@ -199,37 +184,69 @@ def measure(url: str, send: Callable[[], httpx.Response]) -> Json:
             "health_max_ms": round(max(seen) * 1000, 1), "health_probes": len(seen)}
 
 
+def _tree(text: str) -> tuple[str, Path]:
+    label, sep, path = text.partition("=")
+    if not sep or not label or not Path(path, "app").is_dir():
+        raise argparse.ArgumentTypeError(f"--tree takes LABEL=PATH of a source tree, not {text!r}")
+    return label, Path(path).resolve()
+
+
+def _row(name: str, label: str | None, rounds: list[Json], first: Json | None) -> Json:
+    row = {"case": name, **({"tree": label} if label is not None else {}), **rounds[-1],
+           "seconds": max(r["seconds"] for r in rounds),
+           "health_max_ms": max(r["health_max_ms"] for r in rounds),
+           "health_median_of_max_ms": statistics.median(r["health_max_ms"] for r in rounds),
+           "rounds": len(rounds)}
+    if first is not None:
+        row["health_ratio"] = round(row["health_max_ms"] / max(first["health_max_ms"], 0.1), 2)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile", description=__doc__)
     parser.add_argument("--out", default="", help="write OUT.md and OUT.json")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per request (worst reported)")
     parser.add_argument("--only", action="append", default=[],
                         help="run only the cases whose name contains this (repeatable)")
+    parser.add_argument("--tree", action="append", default=[], type=_tree, metavar="LABEL=PATH",
+                        help="a gateway from this source tree (repeat to compare trees in "
+                             "interleaved rounds: each further tree against the first)")
     args = parser.parse_args(argv)
+    trees: list[tuple[str | None, Path]] = list(args.tree) or [(None, ROOT)]
     rows: list[Json] = []
-    with tempfile.TemporaryDirectory() as tmp, \
-            start_fake(64, 0.0, 0.0, Tree("here", ROOT, "app.cli.main:main")) as fake, \
-            running("streamable") as mcp_url, _gateway(fake, Path(tmp), mcp_url) as url, \
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack, \
             httpx.Client(timeout=300) as client:
+        fake = stack.enter_context(start_fake(64, 0.0, 0.0, Tree("here", ROOT, "app.cli.main:main")))
+        mcp_url = stack.enter_context(running("streamable"))
+        urls = []
+        for i, (_, source) in enumerate(trees):
+            (Path(tmp) / str(i)).mkdir()
+            urls.append(stack.enter_context(_gateway(fake, Path(tmp) / str(i), mcp_url, source)))
         for name, path, body in cases(mcp_url):
             if args.only and not any(part.lower() in name.lower() for part in args.only):
                 continue
-            def send(p: str = path, b: Json = body) -> httpx.Response:
-                return client.post(url + p, json=b)
+            def sender(url: str, p: str = path, b: Json = body) -> Callable[[], httpx.Response]:
+                return lambda: client.post(url + p, json=b)
 
-            rounds = [measure(url, send) for _ in range(args.rounds)]
-            row = {"case": name, **rounds[-1],
-                   "seconds": max(r["seconds"] for r in rounds),
-                   "health_max_ms": max(r["health_max_ms"] for r in rounds),
-                   "health_median_of_max_ms": statistics.median(r["health_max_ms"] for r in rounds),
-                   "rounds": len(rounds)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    table = ["| request | answer | slowest answer (s) | slowest /health (ms) "
-             "| median round's slowest /health (ms) |",
-             "|---|---|---|---|---|"]
-    table += [f"| {r['case']} | {r['status']} {r['code'] or ''} | {r['seconds']} | {r['health_max_ms']} "
-              f"| {r['health_median_of_max_ms']} |" for r in rows]
+            seen: list[list[Json]] = [[] for _ in trees]
+            for _ in range(args.rounds):  # interleaved: every tree once a round
+                for i, url in enumerate(urls):
+                    seen[i].append(measure(url, sender(url)))
+            first: Json | None = None
+            for (label, _), rounds in zip(trees, seen, strict=True):
+                row = _row(name, label, rounds, first)
+                first = first or row
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    many = len(trees) > 1
+    head = ["request", *(["tree"] if many else []), "answer", "slowest answer (s)", "slowest /health (ms)",
+            "median round's slowest /health (ms)", *(["ratio to the first tree"] if many else [])]
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["case"], *([r["tree"]] if many else []), f"{r['status']} {r['code'] or ''}",
+                 r["seconds"], r["health_max_ms"], r["health_median_of_max_ms"],
+                 *([r.get("health_ratio", "")] if many else [])]
+        table.append("| " + " | ".join(str(c) for c in cells) + " |")
     print("\n".join(table))
     if args.out:
         Path(args.out + ".json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -1,7 +1,7 @@
 """The gateway's CPU per request without the HTTP server and the load generator in its way:
-each source tree's app called in-process as an ASGI app (the whole middleware stack, routing,
-body, engine and the upstream request to the overhead benchmark's fake), CPU time of that
-process per request, trees interleaved in rounds.
+each source tree's app called in-process as an ASGI app (:mod:`benchmarks.inprocess`; the whole
+middleware stack, routing, body, engine and the upstream request to the overhead benchmark's
+fake), CPU time of that process per request, trees interleaved in rounds.
 
 ``python -m benchmarks.request_cpu --tree before=PATH --tree now=PATH [--rounds 6]
 [--requests 1500] [--targets harmony harmony_stream ...]``
@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.inprocess import ratio_table, run_worker, write_rounds
 from benchmarks.overhead.processes import start_fake
 from benchmarks.overhead.runner import rotated
 from benchmarks.overhead.targets import ALL_TARGETS
-from benchmarks.overhead.trees import ROOT, Tree, parse_tree, tree_env
+from benchmarks.overhead.trees import Tree, parse_tree
 
 DEFAULT_TARGETS = ("harmony", "harmony_stream", "passthrough", "responses", "responses_store", "messages")
 
@@ -39,35 +38,12 @@ from app.config import load_config
 from app.main import create_app
 sys.path.insert(0, root)
 from benchmarks.overhead.targets import ALL_TARGETS
+from benchmarks.inprocess import asgi_post
 del sys.path[0]
 
 
 async def call(app, path, raw, check):
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": b"", "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000),
-             "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(raw)).encode())], "state": {}}
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await asyncio.Event().wait()  # no disconnect: the answer ends the request
-
-    status, parts = 0, []
-
-    async def send(message):
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            parts.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    body = b"".join(parts)
+    status, body = await asgi_post(app, path, raw)
     if status != 200 or check not in body:
         raise RuntimeError(f"{path}: HTTP {status}: {body[:300]!r}")
 
@@ -106,11 +82,7 @@ asyncio.run(main())
 
 
 def run_tree(tree: Tree, config: Path, args: dict[str, Any]) -> dict[str, dict[str, float]]:
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(ROOT), str(config), json.dumps(args)],
-                          cwd=tree.path, env=tree_env(tree), capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"tree {tree.label}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    result: dict[str, dict[str, float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, float]] = run_worker(tree, WORKER, str(config), json.dumps(args))
     return result
 
 
@@ -143,27 +115,12 @@ def main(argv: list[str] | None = None) -> int:
                 line = ", ".join(f"{k} {v['cpu_us']:.0f}" for k, v in results[tree.label].items())
                 print(f"round {rnd} {tree.label}: {line}", file=sys.stderr, flush=True)
             rounds.append(results)
-    first = trees[0].label
-    keys = list(rounds[0][first])
     print(f"CPU µs per request, in-process (median of {args.rounds} rounds [min, max]); ratio: the "
           "same round's\n")
-    print("| target | " + " | ".join(t.label for t in trees)
-          + "".join(f" | {t.label} / {first}" for t in trees[1:]) + " | rounds lower |")
-    print("|---" * (2 + 2 * (len(trees) - 1)) + "|---|")
-    for key in keys:
-        cells = []
-        for tree in trees:
-            values = [r[tree.label][key]["cpu_us"] for r in rounds]
-            cells.append(f"{statistics.median(values):.0f} [{min(values):.0f}, {max(values):.0f}]")
-        lower = ""
-        for tree in trees[1:]:
-            ratios = [r[tree.label][key]["cpu_us"] / r[first][key]["cpu_us"] for r in rounds]
-            cells.append(f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]")
-            lower = f"{sum(x < 1 for x in ratios)}/{len(ratios)}"
-        print(f"| {key} | " + " | ".join(cells) + f" | {lower} |")
+    print("\n".join(ratio_table("target", [t.label for t in trees], rounds, lambda v: float(v["cpu_us"]), 0,
+                                lower=True)))
     if args.json:
-        args.json.write_text(json.dumps({"trees": {t.label: str(t.path) for t in trees}, "rounds": rounds},
-                                        indent=1))
+        write_rounds(args.json, trees, rounds)
     return 0
 
 

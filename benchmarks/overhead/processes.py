@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,12 +97,21 @@ def start_fake(tokens: int, ttft: float, gap: float, tree: Tree) -> Iterator[Fak
         info = json.loads(line)
         yield Fake(proc, {k: info[k] for k in ("llamacpp", "openai", "control")}, info["answer"])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
+
+
+def harmony_model(fake: Fake, current_date: str = "2026-11-22") -> str:
+    """The config table of the Harmony model on the fake's llama.cpp (8,192 tokens)."""
+    return f"""\
+[models."{HARMONY_MODEL}"]
+backend = "llamacpp"
+base_urls = ["{fake.urls['llamacpp']}"]
+prompt_format = "harmony"
+context_window = 8192
+
+[models."{HARMONY_MODEL}".harmony]
+current_date = "{current_date}"
+"""
 
 
 def gateway_config(port: int, fake: Fake) -> str:
@@ -114,15 +123,7 @@ port = {port}
 [store]
 path = ":memory:"
 
-[models."{HARMONY_MODEL}"]
-backend = "llamacpp"
-base_urls = ["{fake.urls['llamacpp']}"]
-prompt_format = "harmony"
-context_window = 8192
-
-[models."{HARMONY_MODEL}".harmony]
-current_date = "2026-11-22"
-
+{harmony_model(fake)}
 [models."{CHAT_MODEL}"]
 backend = "openai"
 base_urls = ["{fake.urls['openai']}"]
@@ -178,11 +179,13 @@ def imported_from(log_path: Path, tree: Tree) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iterator[Gateway]:
+def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str,
+                  config_for: Callable[[int], str] | None = None) -> Iterator[Gateway]:
     """``ocm-gateway serve`` from ``tree`` (cwd and ``PYTHONPATH``), config and log in ``workdir``,
-    with ``--workers N`` when the tree asks for more than one worker."""
+    with ``--workers N`` when the tree asks for more than one worker; yields it once ``/ready``
+    answers 200.  The config is ``config_for(port)``, by default :func:`gateway_config`'s."""
     port = free_port()
-    config = gateway_config(port, fake)
+    config = config_for(port) if config_for else gateway_config(port, fake)
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "gateway.toml"
     cfg_path.write_text(config)
@@ -194,25 +197,12 @@ def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str) -> Iter
         proc = subprocess.Popen(cmd, cwd=tree.path, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log_tail(log_path)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200 \
-                        and started(log_path, tree.workers, log_level):
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gateway not ready after 60 s:\n{log_tail(log_path)}")
-            time.sleep(0.1)
+        wait_ready(proc, "gateway", log_path, 60, 0.1,
+                   lambda: httpx.get(f"{url}/ready", timeout=2).status_code == 200
+                   and started(log_path, tree.workers, log_level))
         yield Gateway(tree, proc, url, log_path, config, imported_from(log_path, tree))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 15)
 
 
 def started(log_path: Path, workers: int, log_level: str) -> bool:
@@ -225,3 +215,29 @@ def started(log_path: Path, workers: int, log_level: str) -> bool:
 
 def log_tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:]
+
+
+def wait_ready(proc: subprocess.Popen[bytes], what: str, log_path: Path, seconds: float, every: float,
+               ready: Callable[[], bool]) -> None:
+    """Poll ``ready()`` (an HTTP error counts as not yet) every ``every`` seconds until it holds;
+    a RuntimeError with the log's tail if ``proc`` exits or ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log_tail(log_path)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if ready():
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {seconds:g} s:\n{log_tail(log_path)}")
+        time.sleep(every)
+
+
+def stop(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """SIGTERM, then SIGKILL if it is still running after ``seconds``."""
+    proc.terminate()
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -19,14 +19,13 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from benchmarks.overhead.processes import Fake, free_port, log_tail
+from benchmarks.overhead.processes import Fake, free_port, stop, wait_ready
 from benchmarks.overhead.targets import CHAT_MODEL, UPSTREAM_CHAT_MODEL
 from benchmarks.overhead.trees import ROOT
 
@@ -108,24 +107,11 @@ def start_litellm(fake: Fake, workdir: Path) -> Iterator[Proxy]:
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"litellm exited with {proc.returncode}:\n{log_tail(log_path)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/readiness", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"litellm not ready after 180 s:\n{log_tail(log_path)}")
-            time.sleep(0.25)
+        wait_ready(proc, "litellm", log_path, 180, 0.25,
+                   lambda: httpx.get(f"{url}/health/readiness", timeout=5).status_code == 200)
         yield Proxy(proc, url, log_path, config, version())
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 15)
 
 
 def main() -> int:

@@ -12,10 +12,8 @@ the tool result back (the second request must be accepted: a forged or lost sign
 and prints the answer.  Claude Code's first prompt is ~18,000 tokens and it asks for
 ``max_tokens: 32000``, so the model's context is 65,536.
 
-Telemetry, error reporting and the auto-updater are off (Claude Code's documented variables);
-``HOME`` is a temporary directory.  The CLI is installed by ``scripts/test.sh`` (``npm install
-@anthropic-ai/claude-code`` into ``.cache/claude-code``); ``OCM_CLAUDE_CODE_BIN`` points
-elsewhere.
+How Claude Code is found and run (telemetry, error reporting and the auto-updater off,
+``HOME`` a temporary directory): :mod:`tests.support.claude_code`.
 
 Only gpt-oss (Harmony) is run here: the scripted models have Harmony's vocabulary and script
 Harmony completions (as for the Codex CLI test).
@@ -23,21 +21,16 @@ Harmony completions (as for the Codex CLI test).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from app.formats.harmony.vocab import harmony_encoding
 from tests.integration.conftest import run_gateway
+from tests.support.claude_code import FIRST_REQUEST, assistant_blocks, gateway_toml, run_claude
 from tests.support.llama_server import llama_server
-from tests.support.paths import ROOT
 from tests.support.process import Running
 from tests.support.scripted_gguf import plan_script, script_token_ids, scripted_model
 
@@ -55,20 +48,8 @@ SCRIPT = (f"<|channel|>analysis<|message|>\n{THOUGHT}<|end|>"
           f'{{"file_path":"{FILE}","content":"{CONTENT}"}}<|call|>'
           f"<|start|>assistant<|channel|>commentary<|message|>{ANSWER}<|return|>")
 MODEL = "gpt-oss-scripted"
-SONNET, HAIKU = "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"
 KEY = "sk-claude-code-test"
 CONTEXT = 65536
-FIRST_REQUEST = ROOT / "tests" / "fixtures" / "claude_code" / "first_request.json"
-
-
-def claude_binary() -> Path:
-    configured = os.environ.get("OCM_CLAUDE_CODE_BIN")
-    installed = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
-    found = Path(configured) if configured else installed
-    if not found.exists():
-        pytest.fail(f"Claude Code is not installed at {found}: run ./scripts/test.sh (it runs npm "
-                    "install @anthropic-ai/claude-code) or set OCM_CLAUDE_CODE_BIN.")
-    return found
 
 
 def test_the_script_markers_are_not_in_claude_codes_first_prompt() -> None:
@@ -86,58 +67,19 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     tmp = tmp_path_factory.mktemp("claude-code-gateway")
     with llama_server(scripted_model("claude-code", SCRIPT, context_length=CONTEXT), n_ctx=CONTEXT) as url:
         config = tmp / "gateway.toml"
-        config.write_text("\n".join([
-            "[upstream]", "read_timeout = 300.0", "", "[store]", f'path = "{tmp / "store.sqlite3"}"', "",
-            "[[auth.keys]]", 'name = "claude-code"', f'sha256 = "{hashlib.sha256(KEY.encode()).hexdigest()}"',
-            f'models = ["{MODEL}"]', "",
-            "[aliases]", f'"{SONNET}" = "{MODEL}"', f'"{HAIKU}" = "{MODEL}"', "",
-            f'[models."{MODEL}"]', 'backend = "llamacpp"', f'base_urls = ["{url}"]',
-            f"context_window = {CONTEXT}", f'[models."{MODEL}".harmony]', 'current_date = "2026-11-26"', ""]))
+        config.write_text(gateway_toml(tmp / "store.sqlite3", KEY, MODEL, url, CONTEXT,
+                                       f'[models."{MODEL}".harmony]', 'current_date = "2026-11-26"'))
         with run_gateway(config) as running:
             yield running
 
 
-def _served(url: str) -> dict[str, float]:
-    """``ocm_requests_total`` on ``/v1/messages`` by status."""
-    out: dict[str, float] = {}
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("ocm_requests_total{") and 'route="/v1/messages"' in line:
-            status = line.split('status="', 1)[1].split('"', 1)[0]
-            out[status] = out.get(status, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
-
-
-def _blocks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
-
-
-def _claude(gateway: Running, work: Path, home: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str],
-                                                                         dict[str, float]]:
-    """``claude -p "Create the file." --allowedTools Write FLAGS`` in ``work``; what it printed,
-    and the statuses the gateway answered on /v1/messages meanwhile."""
-    work.mkdir()
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}
-    env |= {"HOME": str(home), "ANTHROPIC_BASE_URL": gateway.url, "ANTHROPIC_AUTH_TOKEN": KEY,
-            "ANTHROPIC_MODEL": SONNET, "ANTHROPIC_DEFAULT_HAIKU_MODEL": HAIKU,
-            "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
-    before = _served(gateway.url)
-    done = subprocess.run(
-        [str(claude_binary()), "-p", "Create the file.", "--allowedTools", "Write", *flags],
-        cwd=work, env=env, capture_output=True, text=True, timeout=360, stdin=subprocess.DEVNULL)
-    after = _served(gateway.url)
-    served = {s: n - before.get(s, 0.0) for s, n in after.items() if n - before.get(s, 0.0)}
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    return done, served
-
-
 def test_claude_p_writes_the_file_with_thinking_and_answers(gateway: Running, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    done, served = _claude(gateway, work, tmp_path / "home", "--output-format", "stream-json", "--verbose")
+    done, served = run_claude(gateway.url, KEY, work, tmp_path / "home", "--output-format", "stream-json",
+                              "--verbose")
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert (work / FILE).read_text() == CONTENT, done.stdout[-3000:]  # Claude Code's Write ran
-    blocks = _blocks(events)
+    blocks = assistant_blocks(events)
     thinking = [b for b in blocks if b["type"] == "thinking"]
     assert [b["thinking"].strip() for b in thinking] == [THOUGHT], blocks
     assert thinking[0]["signature"].startswith("ocm"), thinking  # the gateway's sealed copy
@@ -160,7 +102,7 @@ def test_claude_p_with_omitted_thinking(gateway: Running, tmp_path: Path) -> Non
     block comes with its signature only (as recorded from this version), and sent back, it is
     accepted (the signature holds the reasoning)."""
     work = tmp_path / "work"
-    done, served = _claude(gateway, work, tmp_path / "home", "--output-format", "json")
+    done, served = run_claude(gateway.url, KEY, work, tmp_path / "home", "--output-format", "json")
     result = json.loads(done.stdout)
     assert (work / FILE).read_text() == CONTENT, result
     assert not result["is_error"] and result["result"] == ANSWER and result["num_turns"] == 2, result

@@ -21,21 +21,18 @@ the second one carries the ``thinking`` block with the very signature the gatewa
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from app.formats.harmony.vocab import harmony_encoding
 from tests.integration.conftest import run_gateway
+from tests.support.claude_code import FIRST_REQUEST, assistant_blocks, gateway_toml, run_claude
 from tests.support.llama_server import llama_server
-from tests.support.paths import FIXTURES, ROOT
+from tests.support.paths import FIXTURES
 from tests.support.recording_proxy import Recording, recording_proxy
 from tests.support.scripted_gguf import plan_script, script_token_ids, scripted_model
 
@@ -50,21 +47,9 @@ CALL = f'{{"name":"Write","arguments":{{"file_path": "{FILE}","content": "{CONTE
 SCRIPT = (f"<think>{THOUGHT}</think>\n\n<tool_call>\n{CALL}\n</tool_call><|call|>"
           f"<|start|>assistant{ANSWER}<|return|>")
 MODEL = "qwen-scripted"
-SONNET, HAIKU = "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"
 KEY = "sk-claude-code-template-test"
 CONTEXT = 65536
 TEMPLATE = FIXTURES / "scripted" / "think-tools-template.jinja"
-FIRST_REQUEST = FIXTURES / "claude_code" / "first_request.json"
-
-
-def claude_binary() -> Path:
-    configured = os.environ.get("OCM_CLAUDE_CODE_BIN")
-    installed = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
-    found = Path(configured) if configured else installed
-    if not found.exists():
-        pytest.fail(f"Claude Code is not installed at {found}: run ./scripts/test.sh (it runs npm "
-                    "install @anthropic-ai/claude-code) or set OCM_CLAUDE_CODE_BIN.")
-    return found
 
 
 def test_the_script_markers_are_not_in_claude_codes_first_prompt() -> None:
@@ -88,14 +73,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     with llama_server(scripted_model("claude-code-template", SCRIPT, context_length=CONTEXT),
                       n_ctx=CONTEXT) as url:
         config = tmp / "gateway.toml"
-        config.write_text("\n".join([
-            "[upstream]", "read_timeout = 300.0", "", "[store]", f'path = "{tmp / "store.sqlite3"}"', "",
-            "[[auth.keys]]", 'name = "claude-code"', f'sha256 = "{hashlib.sha256(KEY.encode()).hexdigest()}"',
-            f'models = ["{MODEL}"]', "",
-            "[aliases]", f'"{SONNET}" = "{MODEL}"', f'"{HAIKU}" = "{MODEL}"', "",
-            f'[models."{MODEL}"]', 'backend = "llamacpp"', f'base_urls = ["{url}"]',
-            f"context_window = {CONTEXT}", 'prompt_format = "template"',
-            f'[models."{MODEL}".template]', f'path = "{TEMPLATE}"', ""]))
+        config.write_text(gateway_toml(tmp / "store.sqlite3", KEY, MODEL, url, CONTEXT,
+                                       'prompt_format = "template"', f'[models."{MODEL}".template]',
+                                       f'path = "{TEMPLATE}"'))
         with run_gateway(config) as running, recording_proxy(running.url) as recording:
             yield recording
 
@@ -104,35 +84,13 @@ def _messages_requests(recording: Recording) -> list[Any]:
     return [r for r in recording.requests() if r.method == "POST" and r.path.split("?")[0] == "/v1/messages"]
 
 
-def _served(url: str) -> dict[str, float]:
-    """``ocm_requests_total`` on ``/v1/messages`` by status."""
-    out: dict[str, float] = {}
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("ocm_requests_total{") and 'route="/v1/messages"' in line:
-            status = line.split('status="', 1)[1].split('"', 1)[0]
-            out[status] = out.get(status, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
-
-
 def _claude(gateway: Recording, work: Path, home: Path,
             *flags: str) -> tuple[str, dict[str, float], list[Any]]:
-    """``claude -p "Create the file." --allowedTools Write FLAGS`` in ``work``: what it printed,
-    the statuses the gateway answered on /v1/messages meanwhile, and the requests it received."""
-    work.mkdir()
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}
-    env |= {"HOME": str(home), "ANTHROPIC_BASE_URL": gateway.url, "ANTHROPIC_AUTH_TOKEN": KEY,
-            "ANTHROPIC_MODEL": SONNET, "ANTHROPIC_DEFAULT_HAIKU_MODEL": HAIKU,
-            "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
+    """``claude -p`` through the recording proxy (:func:`tests.support.claude_code.run_claude`):
+    what it printed, the statuses the gateway answered on /v1/messages meanwhile, and the
+    requests it received."""
     seen = len(_messages_requests(gateway))
-    before = _served(gateway.url)
-    done = subprocess.run(
-        [str(claude_binary()), "-p", "Create the file.", "--allowedTools", "Write", *flags],
-        cwd=work, env=env, capture_output=True, text=True, timeout=360, stdin=subprocess.DEVNULL)
-    after = _served(gateway.url)
-    served = {s: n - before.get(s, 0.0) for s, n in after.items() if n - before.get(s, 0.0)}
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    done, served = run_claude(gateway.url, KEY, work, home, *flags)
     return done.stdout, served, _messages_requests(gateway)[seen:]
 
 
@@ -152,7 +110,7 @@ def test_claude_p_writes_the_file_with_thinking_on_a_template_model(gateway: Rec
                                     "--verbose")
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert (work / FILE).read_text() == CONTENT, out[-3000:]  # Claude Code's Write ran
-    blocks = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
+    blocks = assistant_blocks(events)
     thinking = [b for b in blocks if b["type"] == "thinking"]
     assert [b["thinking"] for b in thinking] == [THOUGHT], blocks
     assert thinking[0]["signature"].startswith("ocm"), thinking  # the gateway's sealed copy

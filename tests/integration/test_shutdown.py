@@ -16,30 +16,34 @@ from tests.support.loopback_upstream import LoopbackUpstream
 pytestmark = pytest.mark.integration
 
 
+def _config(tmp_path: Path, upstream_url: str) -> Path:
+    """One endless model on ``upstream_url``, a 1 s shutdown grace period."""
+    config = tmp_path / "gw.toml"
+    config.write_text(f'shutdown_grace_seconds = 1.0\n[store]\npath = ":memory:"\n'
+                      f'[models.endless]\nbase_urls = ["{upstream_url}"]\n')
+    return config
+
+
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_sigterm_ends_streams_with_a_terminal_event(tmp_path: Path, api: str) -> None:
     upstream = LoopbackUpstream()
-    with upstream.running() as upstream_url:
-        config = tmp_path / "gw.toml"
-        config.write_text(f'shutdown_grace_seconds = 1.0\n[store]\npath = ":memory:"\n'
-                          f'[models.endless]\nbase_urls = ["{upstream_url}"]\n')
-        with run_gateway(config) as gw:
-            url, proc = gw.url, gw.process
-            path, body = (("/v1/chat/completions", {"model": "endless", "stream": True,
-                                                    "messages": [{"role": "user", "content": "hi"}]})
-                          if api == "chat" else
-                          ("/v1/responses", {"model": "endless", "stream": True, "input": "hi"}))
-            lines: list[str] = []
-            with httpx.stream("POST", url + path, json=body, timeout=30) as r:
-                t_sigterm = None
-                for line in r.iter_lines():
-                    lines.append(line)
-                    if t_sigterm is None and sum(x.startswith("data: ") for x in lines) >= 5:
-                        proc.send_signal(signal.SIGTERM)
-                        t_sigterm = time.monotonic()
-                t_end = time.monotonic()
-            assert t_sigterm is not None
-            proc.wait(timeout=30)
+    with upstream.running() as upstream_url, run_gateway(_config(tmp_path, upstream_url)) as gw:
+        url, proc = gw.url, gw.process
+        path, body = (("/v1/chat/completions", {"model": "endless", "stream": True,
+                                                "messages": [{"role": "user", "content": "hi"}]})
+                      if api == "chat" else
+                      ("/v1/responses", {"model": "endless", "stream": True, "input": "hi"}))
+        lines: list[str] = []
+        with httpx.stream("POST", url + path, json=body, timeout=30) as r:
+            t_sigterm = None
+            for line in r.iter_lines():
+                lines.append(line)
+                if t_sigterm is None and sum(x.startswith("data: ") for x in lines) >= 5:
+                    proc.send_signal(signal.SIGTERM)
+                    t_sigterm = time.monotonic()
+            t_end = time.monotonic()
+        assert t_sigterm is not None
+        proc.wait(timeout=30)
     data = [x[6:] for x in lines if x.startswith("data: ")]
     assert data[-1] == "[DONE]"
     last = json.loads(data[-2])
@@ -61,23 +65,19 @@ def test_sigterm_ends_a_websocket_response_with_a_terminal_event(tmp_path: Path)
     from websockets.sync.client import connect
 
     upstream = LoopbackUpstream()
-    with upstream.running() as upstream_url:
-        config = tmp_path / "gw.toml"
-        config.write_text(f'shutdown_grace_seconds = 1.0\n[store]\npath = ":memory:"\n'
-                          f'[models.endless]\nbase_urls = ["{upstream_url}"]\n')
-        with run_gateway(config) as gw:
-            events: list[dict[str, object]] = []
-            with connect(gw.url.replace("http://", "ws://") + "/v1/responses") as ws:
-                ws.send(json.dumps({"type": "response.create", "model": "endless", "input": "hi"}))
-                try:
-                    while True:
-                        events.append(json.loads(ws.recv(timeout=15)))
-                        if len(events) == 5:
-                            gw.process.send_signal(signal.SIGTERM)
-                except ConnectionClosed:
-                    pass
-                code = ws.close_code
-            gw.process.wait(timeout=30)
+    with upstream.running() as upstream_url, run_gateway(_config(tmp_path, upstream_url)) as gw:
+        events: list[dict[str, object]] = []
+        with connect(gw.url.replace("http://", "ws://") + "/v1/responses") as ws:
+            ws.send(json.dumps({"type": "response.create", "model": "endless", "input": "hi"}))
+            try:
+                while True:
+                    events.append(json.loads(ws.recv(timeout=15)))
+                    if len(events) == 5:
+                        gw.process.send_signal(signal.SIGTERM)
+            except ConnectionClosed:
+                pass
+            code = ws.close_code
+        gw.process.wait(timeout=30)
     types = [e["type"] for e in events]
     assert types[-1] == "response.failed" and types.count("response.failed") == 1, types[-3:]
     assert events[-1]["response"]["error"]["code"] == "server_shutdown"  # type: ignore[index]

@@ -1,10 +1,12 @@
 """Drive the app at the ASGI level with one POST whose client can leave at any moment: the
-disconnect is exactly the ``http.disconnect`` message a server sends."""
+disconnect is exactly the ``http.disconnect`` message a server sends (``leave_after``: once
+that many body chunks arrived; :meth:`AsgiPost.until_gone` runs it to then)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +15,8 @@ Message = dict[str, Any]
 
 class AsgiPost:
     def __init__(self, path: str, payload: dict[str, Any],
-                 on_send: Callable[[AsgiPost, Message], None] | None = None) -> None:
+                 on_send: Callable[[AsgiPost, Message], None] | None = None,
+                 leave_after: int | None = None) -> None:
         self.body = json.dumps(payload).encode()
         self.scope: Message = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
@@ -25,6 +28,7 @@ class AsgiPost:
         self.sent: list[Message] = []
         self.body_chunks = 0
         self._on_send = on_send
+        self._leave_after = leave_after
         self._delivered = False
 
     async def receive(self) -> Message:
@@ -38,11 +42,22 @@ class AsgiPost:
         self.sent.append(message)
         if message["type"] == "http.response.body" and message.get("body"):
             self.body_chunks += 1
+        if self._leave_after is not None and self.body_chunks >= self._leave_after:
+            self.gone.set()
         if self._on_send is not None:
             self._on_send(self, message)
 
     def start(self, app: Any) -> asyncio.Future[None]:
         return asyncio.ensure_future(app(self.scope, self.receive, self.send))
+
+    async def until_gone(self, app: Any, seconds: float = 5) -> float:
+        """Run the request until its client has left and the app has finished with it (each
+        within ``seconds``); when the client left (``time.monotonic``)."""
+        task = self.start(app)
+        await asyncio.wait_for(self.gone.wait(), timeout=seconds)
+        left = time.monotonic()
+        await asyncio.wait_for(task, timeout=seconds)
+        return left
 
 
 async def eventually(condition: Callable[[], object], seconds: float = 0.5) -> None:

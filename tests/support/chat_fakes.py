@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.wire import WIRE, RecordedBody, recorded_response
+from tests.support.wire import WIRE, RecordedBody, Recorder, recorded_response
 
 OLLAMA = Path(__file__).resolve().parent.parent / "fixtures" / "ollama"
 
@@ -31,28 +31,11 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
-class _Fake(ABC):
-    """Records what the adapter sent: parsed bodies, paths, headers; counts closes."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        self.headers: list[httpx.Headers] = []
-        self.closed = 0
-
-    def _closed(self) -> None:
-        self.closed += 1
-
-    def _record(self, request: httpx.Request) -> None:
-        self.paths.append(request.url.path)
-        self.headers.append(request.headers)
-        self.requests.append(json.loads(request.content))
+class _Fake(Recorder, ABC):
+    """Records what the adapter sent (:class:`tests.support.wire.Recorder`); counts closes."""
 
     @abstractmethod
     def __call__(self, request: httpx.Request) -> httpx.Response: ...
-
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self)
 
 
 class Recorded(_Fake):

@@ -1,7 +1,8 @@
-"""Run the gateway in-process (lifespan included) over an httpx ASGI client."""
+"""Run the gateway in-process (lifespan included) over an httpx ASGI client; the test configs."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -41,6 +42,22 @@ def sse_payloads(body: str) -> list[Any]:
             text = "\n".join(data)
             out.append(text if text == "[DONE]" else orjson.loads(text))
     return out
+
+
+def alice_and_bob(base: GatewayConfig | None = None, **sections: Any) -> GatewayConfig:
+    """``base`` (the test config by default) with two API keys, ``alice`` and ``bob`` (each its
+    own name as the secret), and ``sections`` in place of its top-level tables of those names."""
+    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
+    return GatewayConfig.model_validate({**(base or config()).model_dump(), "auth": {"keys": keys},
+                                         **sections})
+
+
+def with_tool(name: str, **settings: Any) -> GatewayConfig:
+    """The test config (16,384 tokens) with ``[tools.NAME]`` made of ``settings`` (none: its
+    defaults, the tool unconfigured)."""
+    c = config(context_window=16384)
+    section = getattr(c.tools, name).model_validate(settings)
+    return c.model_copy(update={"tools": c.tools.model_copy(update={name: section})})
 
 
 def allowing_mcp(*allowed: str, **tools: Any) -> GatewayConfig:

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 from jsonschema import Draft202012Validator
 from openai.types.responses import ResponseOutputItem, ResponseStreamEvent, Tool
 from pydantic import TypeAdapter
@@ -142,6 +143,18 @@ def validate_error_body(body: Json) -> None:
     assert set(body) == {"error"}, body
     _validate("ErrorPayload", {"type": body["error"].get("type"), **body["error"]})
     assert isinstance(body["error"]["type"], str) and body["error"]["message"]
+
+
+def expect_error(r: httpx.Response, status: int, param: str | None, code: str | None = None) -> Json:
+    """``r`` is a valid error body with ``status``, ``param`` and, if given, ``code``; its
+    ``error`` object."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    validate_error_body(body)
+    assert body["error"]["param"] == param, body
+    if code is not None:
+        assert body["error"]["code"] == code, body
+    return dict(body["error"])
 
 
 def _text_of(part: Json) -> str:

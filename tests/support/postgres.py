@@ -9,7 +9,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.process import free_port, stop
+from tests.support.process import free_port, stop, wait_for_port
 
 
 def _bin(name: str) -> str:
@@ -49,13 +48,7 @@ class Cluster:
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
              "-c", "synchronous_commit=off"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=self.user, cwd=self.root)
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL did not start ({self.proc.returncode})")
-            time.sleep(0.05)
+        wait_for_port(self.proc, self.port, 30, "PostgreSQL")
         time.sleep(0.3)  # accepting connections a moment after the port opens
 
     def stop(self) -> None:

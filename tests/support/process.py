@@ -1,7 +1,9 @@
-"""Run a server as a subprocess until its ``/health`` answers 200; stop it afterwards."""
+"""Run a server as a subprocess until its ``/health`` answers 200 (or, :func:`wait_for_port`, its
+port accepts connections); stop it afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,6 +23,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_for_port(proc: subprocess.Popen[bytes], port: int, seconds: float, what: str) -> None:
+    """Until ``127.0.0.1:port`` accepts a connection; a RuntimeError if ``proc`` exits or
+    ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start ({proc.returncode})")
+        time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -1,6 +1,7 @@
 """A transparent TCP proxy on loopback that keeps a copy of what clients send: put it between
 a real client (Claude Code) and the gateway to see the HTTP requests the gateway received,
-byte for byte, while every answer (SSE streams included) passes through untouched.
+byte for byte, while every answer (SSE streams included) passes through untouched (the
+splice of :mod:`tests.support.rr_proxy`).
 
 :func:`recording_proxy` runs it in a thread and yields a :class:`Recording`; its
 :meth:`Recording.requests` parses the bytes each connection sent into HTTP/1.1 requests
@@ -14,9 +15,11 @@ import contextlib
 import gzip
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.support.rr_proxy import splice
 
 
 @dataclass(frozen=True)
@@ -73,26 +76,22 @@ class Recording:
     _connections: list[bytearray] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def connection(self) -> Callable[[bytes], None]:
+        """A new connection's copy: the callback that appends what its client sends."""
+        copy = bytearray()
+        with self._lock:
+            self._connections.append(copy)
+
+        def sent(data: bytes) -> None:
+            with self._lock:
+                copy.extend(data)
+
+        return sent
+
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             sent = [bytes(c) for c in self._connections]
         return [r for data in sent for r in parse_requests(data)]
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                copy: bytearray | None, lock: threading.Lock) -> None:
-    try:
-        while data := await reader.read(65536):
-            if copy is not None:
-                with lock:
-                    copy += data
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
 
 
 @contextlib.contextmanager
@@ -106,16 +105,7 @@ def recording_proxy(upstream: str) -> Iterator[Recording]:
     state: dict[str, Any] = {}
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection(host, int(port))
-        except OSError:
-            client_w.close()
-            return
-        copy = bytearray()
-        with recording._lock:
-            recording._connections.append(copy)
-        await asyncio.gather(_pipe(client_r, up_w, copy, recording._lock),
-                             _pipe(up_r, client_w, None, recording._lock))
+        await splice(client_r, client_w, host, int(port), recording.connection)
 
     async def main() -> None:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)

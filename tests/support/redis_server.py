@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 
-from tests.support.process import free_port, stop
+from tests.support.process import free_port, stop, wait_for_port
 
 
 class RedisServer:
@@ -27,13 +25,7 @@ class RedisServer:
         self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                                       "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start ({self.proc.returncode})")
-            time.sleep(0.05)
+        wait_for_port(self.proc, self.port, 20, "redis-server")
 
     def stop(self) -> None:
         if self.proc is not None:

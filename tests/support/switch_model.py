@@ -26,6 +26,11 @@ def answer(text: str) -> str:
     return f"<|channel|>final<|message|>{text}<|return|>"
 
 
+def python(code: str) -> str:
+    """A call of gpt-oss's built-in python tool: the code itself, from the analysis channel."""
+    return f"<|channel|>analysis to=python<|message|>{code}<|call|>"
+
+
 class Switch:
     """A fake llama.cpp whose script is chosen by what its prompt contains: the first rule
     whose marker is in the prompt wins, else ``default``."""

@@ -43,15 +43,11 @@ def recorded_response(record: dict[str, Any], on_close: Callable[[], None] | Non
     return httpx.Response(resp["status"], headers=headers, stream=RecordedBody(chunks, on_close))
 
 
-class Replay:
-    """A MockTransport handler answering every request with one recording.
+class Recorder:
+    """What a fake upstream was sent: parsed JSON bodies (``{}`` for none), paths, headers; and
+    how many of its answers' bodies were closed."""
 
-    ``requests`` keeps the parsed JSON bodies the gateway sent, so tests can assert
-    on exactly what went upstream (e.g. the prompt token ids).
-    """
-
-    def __init__(self, name: str, server: str = "llamacpp") -> None:
-        self.record = load(name, server)
+    def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.headers: list[httpx.Headers] = []
@@ -60,13 +56,28 @@ class Replay:
     def _closed(self) -> None:
         self.closed += 1
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method != self.record["request"]["method"]:
-            return httpx.Response(404)  # e.g. the gateway's discovery GETs next to a POST recording
+    def _record(self, request: httpx.Request) -> None:
         self.paths.append(request.url.path)
         self.headers.append(request.headers)
         self.requests.append(json.loads(request.content) if request.content else {})
-        return recorded_response(self.record, self._closed)
 
     def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self)
+        return httpx.MockTransport(self)  # type: ignore[arg-type]  # subclasses are callable
+
+
+class Replay(Recorder):
+    """A MockTransport handler answering every request with one recording.
+
+    ``requests`` keeps the parsed JSON bodies the gateway sent, so tests can assert
+    on exactly what went upstream (e.g. the prompt token ids).
+    """
+
+    def __init__(self, name: str, server: str = "llamacpp") -> None:
+        super().__init__()
+        self.record = load(name, server)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method != self.record["request"]["method"]:
+            return httpx.Response(404)  # e.g. the gateway's discovery GETs next to a POST recording
+        self._record(request)
+        return recorded_response(self.record, self._closed)

@@ -1,15 +1,13 @@
 """The aiohttp transport under httpx, against a real socket: streaming, timeouts, closing, errors.
 
-The server is a few lines of raw asyncio so each test controls the bytes and the timing
-exactly (a chunked SSE body like llama.cpp's, a stall, a cut, keep-alive).
+The servers are raw asyncio (:mod:`tests.support.raw_http`) so each test controls the bytes and
+the timing exactly (a chunked SSE body like llama.cpp's, a stall, a cut, keep-alive).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -17,56 +15,20 @@ import pytest
 import trustme
 
 from adapters.aiohttp_transport import AiohttpTransport
+from tests.support.raw_http import (
+    HEAD,
+    DropsFirst,
+    DropsReused,
+    chunk,
+    cut_after,
+    listening,
+    nobody_listening,
+    read_request,
+    serving,
+    stalls_after,
+)
 
 pytestmark = pytest.mark.asyncio
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\n\r\n")
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    return head, await reader.readexactly(length)
-
-
-class Server:
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.closed_by_peer = asyncio.Event()
-        self.requests: list[tuple[bytes, bytes]] = []
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                try:
-                    self.requests.append(await read_request(reader))
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    self.closed_by_peer.set()
-                    return
-                await self.handler(reader, writer)
-        finally:
-            writer.close()
-
-
-@asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[tuple[Server, str]]:
-    server = Server(handler)
-    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        srv.close()
-
 
 def client(read: float = 5.0) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=10)
@@ -130,12 +92,7 @@ async def test_a_body_cut_short_closes_its_connection_so_the_upstream_stops() ->
 
 
 async def test_silence_mid_body_is_a_read_timeout() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b"data: 1\n\n"))
-        await writer.drain()
-        await asyncio.sleep(30)
-
-    async with serving(handler) as (_, url), client(read=0.3) as c:
+    async with serving(stalls_after(b"data: 1\n\n")) as (_, url), client(read=0.3) as c:
         with pytest.raises(httpx.ReadTimeout):
             async with c.stream("POST", url, content=b"{}") as r:
                 async for _ in r.aiter_raw():
@@ -143,12 +100,7 @@ async def test_silence_mid_body_is_a_read_timeout() -> None:
 
 
 async def test_a_connection_lost_mid_body_is_a_read_error() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b"data: 1\n\n"))
-        await writer.drain()
-        writer.transport.abort()
-
-    async with serving(handler) as (_, url), client() as c:
+    async with serving(cut_after(b"data: 1\n\n")) as (_, url), client() as c:
         with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
             async with c.stream("POST", url, content=b"{}") as r:
                 async for _ in r.aiter_raw():
@@ -156,13 +108,10 @@ async def test_a_connection_lost_mid_body_is_a_read_error() -> None:
 
 
 async def test_nobody_listening_is_a_connect_error() -> None:
-    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    srv.close()
-    await srv.wait_closed()
+    url = await nobody_listening()
     async with client() as c:
         with pytest.raises(httpx.ConnectError):
-            await c.post(f"http://127.0.0.1:{port}/completion", content=b"{}")
+            await c.post(f"{url}/completion", content=b"{}")
 
 
 async def test_a_status_and_json_body_come_through_like_httpx() -> None:
@@ -181,51 +130,20 @@ async def test_a_status_and_json_body_come_through_like_httpx() -> None:
 async def test_a_kept_alive_connection_the_server_dropped_is_not_a_failed_request() -> None:
     # One answer per connection, then the next request on it is dropped unanswered: a server
     # whose keep-alive timeout fired just as the gateway reused the connection.
-    connections = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        try:
-            await read_request(reader)
-            writer.write(HEAD + chunk(b"data: ok\n\n") + b"0\r\n\r\n")
-            await writer.drain()
-            await read_request(reader)  # a second request on this connection: drop it
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.transport.abort()
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    try:
-        async with client() as c:
-            for _ in range(5):
-                async with c.stream("POST", url, content=b"{}") as r:
-                    assert await r.aread() == b"data: ok\n\n"
-    finally:
-        srv.close()
-    assert connections >= 5
+    server = DropsReused(HEAD + chunk(b"data: ok\n\n") + b"0\r\n\r\n")
+    async with listening(server) as url, client() as c:
+        for _ in range(5):
+            async with c.stream("POST", url, content=b"{}") as r:
+                assert await r.aread() == b"data: ok\n\n"
+    assert server.connections >= 5
 
 
 async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() -> None:
-    requests = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal requests
-        await read_request(reader)
-        requests += 1
-        writer.transport.abort()  # the server died on this request
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    try:
-        async with client() as c:
-            with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
-                await c.post(url, content=b"{}")
-    finally:
-        srv.close()
-    assert requests == 1
+    server = DropsFirst()  # the server died on this request
+    async with listening(server) as url, client() as c:
+        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+            await c.post(url, content=b"{}")
+    assert server.requests == 1
 
 
 async def test_https_upstreams_are_verified_like_httpx_would(monkeypatch: pytest.MonkeyPatch,
@@ -244,19 +162,15 @@ async def test_https_upstreams_are_verified_like_httpx_would(monkeypatch: pytest
         finally:
             writer.close()
 
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
-    url = f"https://127.0.0.1:{srv.sockets[0].getsockname()[1]}/health"
-    try:
+    async with listening(serve, ssl=server_ctx) as url:
         async with client() as c:  # an unknown CA: refused, not silently trusted
             with pytest.raises(httpx.ConnectError):
-                await c.get(url)
+                await c.get(url + "/health")
         bundle = tmp_path / "ca.pem"
         ca.cert_pem.write_to_path(str(bundle))
         monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # the operator's CA, as httpx honours it
         async with client() as c:
-            assert (await c.get(url)).text == "ok"
-    finally:
-        srv.close()
+            assert (await c.get(url + "/health")).text == "ok"
 
 
 async def test_proxies_come_from_the_environment_once_per_origin(

@@ -3,13 +3,13 @@
 A generation's streamed POST runs on aiohttp straight on the pooled connection; these tests
 hold it to the guarantees of adapters/aiohttp_transport.py through ``post_stream`` (what the
 backends call) and the seam itself: an aiohttp web server for the ordinary answers, raw
-asyncio sockets where a test needs exact bytes and timing (a stall, a cut, keep-alive).
+asyncio sockets (:mod:`tests.support.raw_http`) where a test needs exact bytes and timing (a
+stall, a cut, keep-alive).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, cast
@@ -26,7 +26,17 @@ from app.main import create_app
 from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config, sse_payloads
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.unit.adapters.test_aiohttp_transport import HEAD, chunk, read_request, serving
+from tests.support.raw_http import (
+    HEAD,
+    DropsFirst,
+    DropsReused,
+    chunk,
+    cut_after,
+    listening,
+    nobody_listening,
+    serving,
+    stalls_after,
+)
 from tests.unit.http.test_overload import ANSWER, CHAT
 
 pytestmark = pytest.mark.asyncio
@@ -166,23 +176,13 @@ async def test_leaving_a_stream_early_drops_the_connection_so_the_upstream_stops
 
 
 async def test_silence_mid_stream_is_an_upstream_timeout() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b'data: {"n": 1}\n\n'))
-        await writer.drain()
-        await asyncio.sleep(30)
-
-    async with serving(handler) as (_, url), pooled(read=0.3) as c:
+    async with serving(stalls_after(b'data: {"n": 1}\n\n')) as (_, url), pooled(read=0.3) as c:
         with pytest.raises(UpstreamTimeout, match="ReadTimeout"):
             await events(c, url)
 
 
 async def test_a_connection_dropped_mid_stream_is_a_read_error() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b'data: {"n": 1}\n\n'))
-        await writer.drain()
-        writer.transport.abort()
-
-    async with serving(handler) as (_, url), pooled() as c:
+    async with serving(cut_after(b'data: {"n": 1}\n\n')) as (_, url), pooled() as c:
         # httpx's types, as httpx's own transport names a cut: a lost connection, or a body
         # that ended before its chunked encoding did
         with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
@@ -195,13 +195,10 @@ async def test_a_connection_dropped_mid_stream_is_a_read_error() -> None:
 
 
 async def test_nobody_listening_is_upstream_unavailable() -> None:
-    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    srv.close()
-    await srv.wait_closed()
+    url = await nobody_listening()
     async with pooled() as c:
         with pytest.raises(UpstreamError) as caught:
-            await events(c, f"http://127.0.0.1:{port}/completion")
+            await events(c, f"{url}/completion")
     assert caught.value.code == "upstream_unavailable"
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
 
@@ -224,50 +221,19 @@ async def test_an_error_status_maps_with_its_body_and_headers() -> None:
 
 
 async def test_a_pooled_connection_the_server_dropped_is_sent_again_on_a_new_one() -> None:
-    connections = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        try:
-            await read_request(reader)
-            writer.write(HEAD + chunk(b'data: {"ok": true}\n\n') + b"0\r\n\r\n")
-            await writer.drain()
-            await read_request(reader)  # the next request on this connection: dropped unanswered
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.transport.abort()
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    try:
-        async with pooled() as c:
-            for _ in range(5):
-                assert await events(c, url) == [{"ok": True}]
-    finally:
-        srv.close()
-    assert connections >= 5
+    server = DropsReused(HEAD + chunk(b'data: {"ok": true}\n\n') + b"0\r\n\r\n")
+    async with listening(server) as url, pooled() as c:
+        for _ in range(5):
+            assert await events(c, url) == [{"ok": True}]
+    assert server.connections >= 5
 
 
 async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() -> None:
-    requests = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal requests
-        await read_request(reader)
-        requests += 1
-        writer.transport.abort()
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    try:
-        async with pooled() as c:
-            with pytest.raises(UpstreamError):
-                await events(c, url)
-    finally:
-        srv.close()
-    assert requests == 1
+    server = DropsFirst()
+    async with listening(server) as url, pooled() as c:
+        with pytest.raises(UpstreamError):
+            await events(c, url)
+    assert server.requests == 1
 
 
 async def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,9 +254,7 @@ async def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
 # The gateway as shipped (``create_app`` without an injected transport) on a loopback upstream.
 
 def production(url: str, backend: str = "llamacpp") -> Any:
-    data = config(backend=backend).model_dump()
-    data["models"][MODEL]["base_urls"] = [url]
-    return create_app(type(config()).model_validate(data))
+    return create_app(config(backend=backend, base_urls=[url]))
 
 
 async def test_the_shipped_gateway_answers_on_the_thin_client_and_reuses_its_connection(
@@ -328,16 +292,8 @@ async def test_a_client_disconnect_closes_the_upstream_of_the_shipped_gateway(ba
     loopback = LoopbackUpstream(interval=0.01, dialect=backend)  # an endless answer
     with loopback.running() as url:
         app = production(url, backend)
-
-        def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
-            if post.body_chunks >= 5:
-                post.gone.set()
-
-        post = AsgiPost("/v1/chat/completions", CHAT, on_send)
+        post = AsgiPost("/v1/chat/completions", CHAT, leave_after=5)
         async with app.router.lifespan_context(app):
-            task = post.start(app)
-            await asyncio.wait_for(post.gone.wait(), timeout=5)
-            gone = time.monotonic()
-            await asyncio.wait_for(task, timeout=5)
+            gone = await post.until_gone(app)
             await eventually(lambda: loopback.closed_at)
     assert loopback.requests == 1 and loopback.closed_at[0] - gone < 0.1

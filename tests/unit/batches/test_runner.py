@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import orjson
 import pytest
@@ -54,6 +55,17 @@ async def outputs(store: BatchStore, batch: Batch, ok: bool) -> list[Result]:
     return [r async for r in store.results(batch.id, ok=ok)]
 
 
+@asynccontextmanager
+async def running(runner: BatchRunner) -> AsyncIterator[None]:
+    """``runner`` working in a task, cancelled (as a killed worker would stop) on leaving."""
+    task = asyncio.create_task(runner.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 FAST = RunnerSettings(slots=3, poll_seconds=0.02, lease_seconds=1.0, backoff_seconds=0.01)
 
 
@@ -68,10 +80,8 @@ async def test_transient_answers_are_retried_then_succeed(stores: Pair) -> None:
         return 200, answer(body)
 
     runner = BatchRunner(store, files, flaky, known_model=lambda m: True, settings=FAST)
-    task = asyncio.create_task(runner.run())
-    done = await reached(store, batch, "completed")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with running(runner):
+        done = await reached(store, batch, "completed")
     assert (done.total, done.completed, done.failed) == (5, 5, 0)
     assert done.usage == {"input": 15, "output": 10, "cached": 0, "reasoning": 0}
     assert set(calls.values()) == {3}
@@ -87,10 +97,8 @@ async def test_retries_give_up_after_max_attempts_with_the_last_answer(stores: P
     runner = BatchRunner(store, files, down, known_model=lambda m: True,
                          settings=RunnerSettings(slots=2, poll_seconds=0.02, backoff_seconds=0.01,
                                                  max_attempts=3))
-    task = asyncio.create_task(runner.run())
-    done = await reached(store, batch, "completed")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with running(runner):
+        done = await reached(store, batch, "completed")
     assert (done.completed, done.failed) == (0, 2)
     failed = await outputs(store, batch, False)
     assert {r.status_code for r in failed} == {502}
@@ -111,11 +119,9 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once(stores:
 
     hanging: list[bytes] = []
     a = BatchRunner(store, files, first, known_model=lambda m: True, settings=FAST)
-    task = asyncio.create_task(a.run())
-    await until(lambda: store.refresh(batch), lambda b: b.completed >= 4 and len(hanging) >= 3)
-    # "kill -9": the worker stops; cancelled, its lines are not released (nor would a dead one's)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    # leaving is "kill -9": the worker stops; cancelled, its lines are not released (nor would a dead one's)
+    async with running(a):
+        await until(lambda: store.refresh(batch), lambda b: b.completed >= 4 and len(hanging) >= 3)
     assert await store.unfinished(batch.id) == 4  # 3 of them left running under a lease
     taken = await store.claim(batch.id, "other", 8, lease=0.5, now=time.time())
     assert [ln.custom_id for ln in taken] == ["c7"]  # the leased ones are not handed out
@@ -125,10 +131,8 @@ async def test_a_dead_workers_lines_are_taken_over_and_each_appears_once(stores:
         return 200, answer(body)
 
     b = BatchRunner(store, files, second, known_model=lambda m: True, settings=FAST)
-    task = asyncio.create_task(b.run())
-    done = await reached(store, batch, "completed")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with running(b):
+        done = await reached(store, batch, "completed")
     out = [r.custom_id for r in await outputs(store, batch, True)]
     assert sorted(out) == sorted(f"c{i}" for i in range(8))  # each exactly once
     assert (done.completed, done.failed) == (8, 0)
@@ -144,13 +148,11 @@ async def test_leases_are_renewed_while_a_line_runs(stores: Pair) -> None:
 
     runner = BatchRunner(store, files, slow, known_model=lambda m: True,
                          settings=RunnerSettings(slots=1, poll_seconds=0.02, lease_seconds=0.3))
-    task = asyncio.create_task(runner.run())
-    await asyncio.sleep(1.0)  # three leases long: still held
-    assert await store.claim(batch.id, "other", 5, lease=1, now=time.time()) == []
-    release.set()
-    await reached(store, batch, "completed")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with running(runner):
+        await asyncio.sleep(1.0)  # three leases long: still held
+        assert await store.claim(batch.id, "other", 5, lease=1, now=time.time()) == []
+        release.set()
+        await reached(store, batch, "completed")
 
 
 async def test_expiry_keeps_what_completed_and_reports_the_rest(stores: Pair) -> None:
@@ -164,12 +166,10 @@ async def test_expiry_keeps_what_completed_and_reports_the_rest(stores: Pair) ->
         raise AssertionError("not reached")
 
     runner = BatchRunner(store, files, half, known_model=lambda m: True, settings=FAST)
-    task = asyncio.create_task(runner.run())
-    await until(lambda: store.refresh(batch), lambda b: b.completed >= 2)
-    runner.now = lambda: time.time() + 7200  # past the window
-    done = await reached(store, batch, "expired")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with running(runner):
+        await until(lambda: store.refresh(batch), lambda b: b.completed >= 2)
+        runner.now = lambda: time.time() + 7200  # past the window
+        done = await reached(store, batch, "expired")
     assert "expired_at" in done.times and "finalizing_at" in done.times
     assert sorted(r.custom_id for r in await outputs(store, batch, True)) == ["c0", "c1"]
     failed = await outputs(store, batch, False)

@@ -6,29 +6,18 @@ runs the example in a venv holding only those)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import sys
-from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, script
 
 # import name -> the distribution a `pip install` line names
 DISTRIBUTIONS = {"agents": "openai-agents"}
 
 
-def _smoke() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("smoke", ROOT / "scripts" / "smoke.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("smoke", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-smoke = _smoke()
+smoke = script("smoke")
 
 
 def _imports(code: str) -> set[str]:

@@ -10,32 +10,20 @@ defaults (what would change behaviour is commented out).
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import typing
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from pydantic import BaseModel, Field
 
 from app.config import GatewayConfig, load_config
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, script
 
 EXAMPLE = ROOT / "config.example.toml"
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_reference", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
+gen = script("gen_reference")
 
 
 @pytest.fixture(scope="module")

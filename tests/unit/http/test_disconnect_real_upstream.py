@@ -6,10 +6,6 @@ and records when its connection was closed.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any
-
 import httpx
 import pytest
 
@@ -24,22 +20,13 @@ from tests.support.loopback_upstream import LoopbackUpstream
 async def test_disconnect_closes_upstream_quickly(backend: str, api: str) -> None:
     upstream = LoopbackUpstream(interval=0.01, dialect=backend)
     with upstream.running() as url:
-        data = config(backend=backend).model_dump()
-        data["models"][MODEL]["base_urls"] = [url]
-        app = create_app(type(config()).model_validate(data), transport=httpx.AsyncHTTPTransport())
+        app = create_app(config(backend=backend, base_urls=[url]), transport=httpx.AsyncHTTPTransport())
         path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
         payload = ({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
                    if api == "chat" else {"model": MODEL, "stream": True, "input": "hi"})
-        def on_send(post: AsgiPost, message: dict[str, Any]) -> None:
-            if post.body_chunks >= 5:
-                post.gone.set()
-
-        post = AsgiPost(path, payload, on_send)
+        post = AsgiPost(path, payload, leave_after=5)
         async with app.router.lifespan_context(app):
-            task = post.start(app)
-            await asyncio.wait_for(post.gone.wait(), timeout=5)
-            t_disconnect = time.monotonic()
-            await asyncio.wait_for(task, timeout=5)
+            t_disconnect = await post.until_gone(app)
             await eventually(lambda: upstream.closed_at)
             admission = app.state.registry.admission
             await eventually(lambda: admission.inflight == 0)

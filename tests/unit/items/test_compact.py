@@ -4,7 +4,6 @@ output (user messages + one sealed compaction item) a later request continues fr
 from __future__ import annotations
 
 import base64
-import hashlib
 from typing import Any
 
 import httpx
@@ -12,12 +11,11 @@ import openai
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.config import GatewayConfig
 from app.formats.harmony.vocab import harmony_encoding
 from app.items import compact
 from app.items.compact import kept_items
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config, gateway
+from tests.support.gateway import MODEL, alice_and_bob, config, gateway
 from tests.support.openresponses import _validate, validate_error_body, validate_response
 
 ANSWER = "<|channel|>final<|message|>On Tuesday.<|return|>"
@@ -118,10 +116,8 @@ async def test_errors() -> None:
 
 
 async def test_bound_to_the_api_key_that_compacted() -> None:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    data = config().model_dump()
-    data["responses"]["encryption_key"] = base64.b64encode(b"q" * 32).decode()
-    cfg = GatewayConfig.model_validate({**data, "auth": {"keys": keys}})
+    key = base64.b64encode(b"q" * 32).decode()
+    cfg = alice_and_bob(responses={**config().responses.model_dump(), "encryption_key": key})
     async with gateway(FakeLlamaCpp(ANSWER).transport(), cfg) as c:
         made = await _compact(c, {"authorization": "Bearer alice"}, model=MODEL, input=HISTORY)
         out = made.json()["output"]

@@ -49,6 +49,18 @@ class World:
                                     max_bytes=1 << 24)
         return made.id
 
+    async def ingest(self, data: bytes) -> tuple[Knowledge, str, FileRecord]:
+        """``data`` uploaded, a store made of it and ingested: the service (closed), the store's
+        id and the file as it settled."""
+        fid = await self.upload(data)
+        k = self.knowledge()
+        store = await k.create_store(OWNER, file_ids=[fid])
+        k.start()
+        try:
+            return k, store.id, await settled(k, store.id, fid)
+        finally:
+            await k.close()
+
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
@@ -157,30 +169,16 @@ async def test_transient_embedder_failures_are_tried_again(world: World, monkeyp
 async def test_a_refusing_embedder_fails_the_file(world: World) -> None:
     assert world.embedder is not None
     world.embedder.fail_with = UpstreamError("input too long", status=400)
-    fid = await world.upload(b"some text")
-    k = world.knowledge()
-    store = await k.create_store(OWNER, file_ids=[fid])
-    k.start()
-    try:
-        done = await settled(k, store.id, fid)
-    finally:
-        await k.close()
+    _, _, done = await world.ingest(b"some text")
     assert done.status == "failed" and done.last_error is not None
     assert done.last_error[0] == "server_error" and "input too long" in done.last_error[1]
 
 
 async def test_without_an_embedder_chunks_are_keyword_only(world: World) -> None:
     world.embedder = None
-    fid = await world.upload(b"keyword only")
-    k = world.knowledge()
-    store = await k.create_store(OWNER, file_ids=[fid])
-    k.start()
-    try:
-        done = await settled(k, store.id, fid)
-    finally:
-        await k.close()
-    assert done.status == "completed" and world.index.stored[(store.id, fid)][0].vector == []
-    assert (await k.get_store(OWNER, store.id)).space is None
+    k, store_id, done = await world.ingest(b"keyword only")
+    assert done.status == "completed" and world.index.stored[(store_id, done.file_id)][0].vector == []
+    assert (await k.get_store(OWNER, store_id)).space is None
 
 
 async def test_removing_a_file_mid_ingestion_stops_it(world: World) -> None:

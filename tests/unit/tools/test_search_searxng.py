@@ -5,7 +5,6 @@ they were recorded), alone and through the whole gateway."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -14,7 +13,7 @@ import pytest
 from app.tools.search import SearchUnavailable
 from app.tools.search_searxng import SearxngSearch
 from tests.support.gateway import MODEL, config, gateway
-from tests.support.http_thread import serving
+from tests.support.http_thread import Quiet, serving
 from tests.support.paths import ROOT
 from tests.support.switch_model import Switch, answer, call
 
@@ -24,7 +23,7 @@ RECORDED = {"llama.cpp slots": "search-llama-slots.json", "nothing matches this"
             "engines down": "search-unresponsive.json"}
 
 
-class _Replay(BaseHTTPRequestHandler):
+class _Replay(Quiet):
     """SearXNG's ``/search``: the recorded body for a recorded query (as served: JSON, 200);
     403 without ``format=json`` (what SearXNG does when json is not enabled); ``broken``
     answers an HTML error page."""
@@ -37,27 +36,14 @@ class _Replay(BaseHTTPRequestHandler):
         self.seen.append(query)
         q = query.get("q", [""])[0]
         if parts.path == "/hop/search":  # a same-origin redirect to the real endpoint
-            self.send_response(302)
-            self.send_header("Location", "/search?" + parts.query)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self.reply(302, "text/plain", b"", Location="/search?" + parts.query)
         elif parts.path != "/search" or query.get("format") != ["json"]:
-            self._send(403, b"<html>Forbidden</html>", "text/html")
+            self.reply(403, "text/html", b"<html>Forbidden</html>")
         elif q == "broken":
-            self._send(500, b"<html>Internal Server Error</html>", "text/html")
+            self.reply(500, "text/html", b"<html>Internal Server Error</html>")
         else:
-            self._send(200, (FIXTURES / RECORDED.get(q, "search-empty.json")).read_bytes(),
-                       "application/json")
-
-    def _send(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
+            recorded = FIXTURES / RECORDED.get(q, "search-empty.json")
+            self.reply(200, "application/json", recorded.read_bytes())
 
 
 @pytest.fixture(scope="module")

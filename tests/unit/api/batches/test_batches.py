@@ -7,7 +7,6 @@ batch (and input file) is a 404."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from typing import Any
 
 import httpx
@@ -17,17 +16,14 @@ import pytest
 
 from app.config import GatewayConfig
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config, gateway
+from tests.support.gateway import MODEL, alice_and_bob, gateway
 from tests.support.polling import until
 
 ANSWER = "<|channel|>final<|message|>Hello from the batch.<|return|>"
 
 
 def keys(**batches: Any) -> GatewayConfig:
-    users = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": users},
-                                         "batches": {"poll_seconds": 0.05, "backoff_seconds": 0.05,
-                                                     **batches}})
+    return alice_and_bob(batches={"poll_seconds": 0.05, "backoff_seconds": 0.05, **batches})
 
 
 def sdk(c: httpx.AsyncClient, key: str) -> openai.AsyncOpenAI:

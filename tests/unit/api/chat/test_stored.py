@@ -3,28 +3,20 @@ their messages, metadata updated, deleted; only by the key that made them."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from openai.types.chat import ChatCompletion
 
-from app.config import GatewayConfig
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config, gateway
+from tests.support.gateway import MODEL, alice_and_bob, gateway
 
 pytestmark = pytest.mark.asyncio
 ANSWER = "<|channel|>final<|message|>Hello from a scripted tiny model!<|return|>"
 ALICE, BOB = {"authorization": "Bearer alice"}, {"authorization": "Bearer bob"}
 
 
-def _two_keys() -> GatewayConfig:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys}})
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_stored_completion_reads_back_and_belongs_to_its_key(stream: bool) -> None:
-    async with gateway(FakeLlamaCpp(ANSWER).transport(), _two_keys()) as c:
+    async with gateway(FakeLlamaCpp(ANSWER).transport(), alice_and_bob()) as c:
         r = await c.post("/v1/chat/completions", headers=ALICE, json={
             "model": MODEL, "store": True, "metadata": {"topic": "greeting"}, "stream": stream,
             "messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hi"}]})

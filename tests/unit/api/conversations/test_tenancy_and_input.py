@@ -3,40 +3,27 @@ changes nothing), and every bad input is an OpenAI-style 4xx naming the paramete
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import httpx
 import pytest
 
-from app.config import GatewayConfig
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config, gateway
-from tests.support.openresponses import validate_error_body
+from tests.support.gateway import MODEL, alice_and_bob, gateway
+from tests.support.openresponses import expect_error
 
 ANSWER = "<|channel|>final<|message|>Ok.<|return|>"
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
 
 
-def _two_keys() -> GatewayConfig:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys}})
-
-
 def _error(r: httpx.Response, status: int, param: str | None, code: str | None = None) -> None:
-    assert r.status_code == status, r.text
-    body = r.json()
-    validate_error_body(body)
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["param"] == param, body
-    if code is not None:
-        assert body["error"]["code"] == code, body
+    assert set(expect_error(r, status, param, code)) == {"message", "type", "param", "code"}
 
 
 async def test_another_key_gets_404_on_every_route() -> None:
     up = FakeLlamaCpp(ANSWER)
-    async with gateway(up.transport(), _two_keys()) as c:
+    async with gateway(up.transport(), alice_and_bob()) as c:
         r = await c.post("/v1/conversations", headers=ALICE,
                          json={"metadata": {"k": "v"}, "items": [{"role": "user", "content": "secret"}]})
         conv = r.json()["id"]

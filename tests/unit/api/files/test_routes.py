@@ -4,7 +4,6 @@ keys (404 everywhere), and bad input (400 naming the parameter, 413 past ``[file
 
 from __future__ import annotations
 
-import hashlib
 import io
 from typing import Any
 
@@ -14,8 +13,8 @@ import pytest
 
 from app.config import GatewayConfig
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import config, gateway
-from tests.support.openresponses import validate_error_body
+from tests.support.gateway import alice_and_bob, config, gateway
+from tests.support.openresponses import expect_error as error
 
 ANSWER = "<|channel|>final<|message|>Ok.<|return|>"
 ALICE = {"authorization": "Bearer alice"}
@@ -25,18 +24,7 @@ FILE_KEYS = {"id", "object", "bytes", "created_at", "expires_at", "filename", "p
 
 
 def two_keys(**files: Any) -> GatewayConfig:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys},
-                                         "files": {**config().files.model_dump(), **files}})
-
-
-def error(r: httpx.Response, status: int, param: str | None, code: str | None = None) -> None:
-    assert r.status_code == status, r.text
-    body = r.json()
-    validate_error_body(body)
-    assert body["error"]["param"] == param, body
-    if code is not None:
-        assert body["error"]["code"] == code, body
+    return alice_and_bob(files={**config().files.model_dump(), **files})
 
 
 async def upload(c: httpx.AsyncClient, data: bytes = b"hello", name: str = "a.txt",

@@ -17,20 +17,15 @@ from openai.types.responses import Response
 
 from app.main import create_app
 from tests.support.asgi import AsgiPost, eventually
-from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.gateway import MODEL, gateway, sse_payloads, with_tool
 from tests.support.openresponses import check_stream, validate_response
 from tests.support.process import Running
 from tests.support.sandbox import TOKEN, sandbox_service
-from tests.support.switch_model import Switch, answer
+from tests.support.switch_model import Switch, answer, python
 
 pytestmark = pytest.mark.timeout(120)
 Json = dict[str, Any]
 TOOLS = [{"type": "code_interpreter", "container": {"type": "auto"}}]
-
-
-def python(code: str) -> str:
-    """A call of gpt-oss's built-in python tool: the code itself, from the analysis channel."""
-    return f"<|channel|>analysis to=python<|message|>{code}<|call|>"
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +35,7 @@ def sandbox() -> Iterator[Running]:
 
 
 def cfg(sandbox: Running | None) -> Any:
-    c = config(context_window=16384)
-    code = {"url": sandbox.url, "token": TOKEN} if sandbox is not None else {}
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "code_interpreter": c.tools.code_interpreter.model_validate(code)})})
+    return with_tool("code_interpreter", **({"url": sandbox.url, "token": TOKEN} if sandbox else {}))
 
 
 async def test_print_6_times_7_and_the_answer_sees_42(sandbox: Running) -> None:

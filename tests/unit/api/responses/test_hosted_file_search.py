@@ -10,7 +10,6 @@ models: ``test_hosted_file_search_formats.py``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,7 +22,7 @@ from openai.types.responses import Response
 from app.config import GatewayConfig
 from app.formats.harmony.vocab import END, RETURN, START
 from app.main import create_app
-from tests.support.gateway import MODEL, config, sse_payloads
+from tests.support.gateway import MODEL, alice_and_bob, config, sse_payloads
 from tests.support.knowledge_fakes import FileSearchKnowledge
 from tests.support.openresponses import check_stream, validate_error_body, validate_response
 from tests.support.switch_model import Switch, answer, call
@@ -37,8 +36,7 @@ CITED = "Refunds take 14 days 【0:0†handbook.pdf】."
 
 
 def keyed() -> GatewayConfig:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config(context_window=16384).model_dump(), "auth": {"keys": keys}})
+    return alice_and_bob(config(context_window=16384))
 
 
 async def stores(owner: str = "alice", refunds: str = REFUNDS) -> FileSearchKnowledge:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from openai.types.responses import Response
 
-from tests.support.gateway import MODEL, config, gateway, sse_payloads
+from tests.support.gateway import MODEL, gateway, sse_payloads, with_tool
 from tests.support.openresponses import check_stream, validate_response
 from tests.support.switch_model import Switch, answer, call
 
@@ -26,10 +26,8 @@ Json = dict[str, Any]
 
 
 def cfg(tmp_path: Path, documents: Path | None = CORPUS) -> Any:
-    c = config(context_window=16384)
     web = {"documents": str(documents), "index": str(tmp_path / "web.sqlite3")} if documents else {}
-    return c.model_copy(update={"tools": c.tools.model_copy(update={
-        "web_search": c.tools.web_search.model_validate(web)})})
+    return with_tool("web_search", **web)
 
 
 def searching(query: str = "open responses agentic loop") -> Switch:

@@ -5,7 +5,6 @@ replayed stream is checked by the Open Responses order validator."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,8 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.config import GatewayConfig
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import MODEL, config, gateway
+from tests.support.gateway import MODEL, alice_and_bob, config, gateway
 from tests.support.openresponses import check_stream
 from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.unit.api.responses.test_routes import REASONING, _sse
@@ -97,8 +95,7 @@ async def test_what_cannot_be_streamed_again(url: str, param: str, status: int) 
 
 
 async def test_another_tenant_cannot_follow() -> None:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    cfg = GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys}})
+    cfg = alice_and_bob()
     async with gateway(FakeLlamaCpp(REASONING).transport(), cfg) as c:
         r = await c.post("/v1/responses", headers={"authorization": "Bearer alice"},
                          json={"model": MODEL, "input": "hi", "background": True, "stream": True})

@@ -7,7 +7,6 @@ gateway's own wiring (the SQLite chunk index, no embedder: keyword ranking)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,12 +17,11 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from app.config import GatewayConfig
 from app.main import create_app
 from tests.support.fake_llamacpp import FakeLlamaCpp
-from tests.support.gateway import config
+from tests.support.gateway import alice_and_bob
 from tests.support.knowledge_fakes import FakeHashEmbedder, MemoryChunkIndex
-from tests.support.openresponses import validate_error_body
+from tests.support.openresponses import expect_error as error
 
 ALICE = {"authorization": "Bearer alice"}
 BOB = {"authorization": "Bearer bob"}
@@ -33,15 +31,10 @@ FILE_KEYS = {"id", "object", "created_at", "usage_bytes", "vector_store_id", "st
              "attributes", "chunking_strategy"}
 
 
-def two_keys() -> GatewayConfig:
-    keys = [{"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alice", "bob")]
-    return GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": keys}})
-
-
 @asynccontextmanager
 async def served(fakes: bool = True) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
     upstream = FakeLlamaCpp("<|channel|>final<|message|>Ok.<|return|>").transport()
-    app = create_app(two_keys(), transport=upstream)
+    app = create_app(alice_and_bob(), transport=upstream)
     async with app.router.lifespan_context(app):
         if fakes:
             app.state.knowledge.index = MemoryChunkIndex()
@@ -52,16 +45,6 @@ async def served(fakes: bool = True) -> AsyncIterator[tuple[httpx.AsyncClient, F
 
 def sdk(c: httpx.AsyncClient, key: str = "alice") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url="http://gateway/v1", api_key=key, http_client=c, max_retries=0)
-
-
-def error(r: httpx.Response, status: int, param: str | None, code: str | None = None) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body = r.json()
-    validate_error_body(body)
-    assert body["error"]["param"] == param, body
-    if code is not None:
-        assert body["error"]["code"] == code, body
-    return dict(body["error"])
 
 
 async def upload(client: openai.AsyncOpenAI, text: str, name: str) -> str:
