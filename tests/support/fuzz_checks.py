@@ -7,11 +7,14 @@
   chunk; a Responses stream passes :func:`tests.support.openresponses.check_stream` (one
   terminal event, sequence numbers consecutive, deltas that add up, output = fold of items);
 * a streamed answer folds to the shape of the non-streamed one (:func:`chat_fold`,
-  :func:`responses_shape`).
+  :func:`responses_shape`);
+* :data:`REACHED` counts, as the checks see them, how each stream (and each whole chat answer)
+  ended and the tool calls returned: the reach a run asserts a floor for (:func:`reached`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +30,24 @@ ALLOWED_5XX = (502, 503, 504)
 # what the hostile upstream writes only outside a final answer (a message with no channel, a
 # commentary to the assistant, a fabricated user turn): never part of content / output_text
 NOT_ANSWERS = ("SECRET", "pwned")
+# "chat stream stop" (chat and completions streams), "chat whole length", "responses stream
+# failed CODE", "tool calls returned", ...
+REACHED: Counter[str] = Counter()
+
+
+def _calls(arguments: list[str]) -> int:
+    """Calls the model made by name with JSON-object arguments (a call the gateway forced by
+    ``tool_choice`` carries whatever the model wrote after the forced header: not counted)."""
+    n = 0
+    for text in arguments:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            n += isinstance(orjson.loads(text), dict)
+    return n
+
+
+def reached(prefix: str) -> int:
+    """How many checked answers ended in a way that begins with ``prefix``."""
+    return sum(n for what, n in REACHED.items() if what.startswith(prefix))
 
 
 def check_answer(text: str) -> None:
@@ -42,7 +63,6 @@ class Stats:
     statuses: Counter[tuple[str, int, str]] = field(default_factory=Counter)
     behaviours: Counter[str] = field(default_factory=Counter)
     examples: dict[tuple[str, int, str], str] = field(default_factory=dict)  # one message each
-
     def share(self) -> float:
         sent = sum(self.sent.values())
         return sum(self.reached.values()) / sent if sent else 0.0
@@ -53,6 +73,7 @@ class Stats:
             f"{sum(self.reached.values())} ({self.share():.0%})"
         ]
         lines += [f"  {route}: {self.reached[route]}/{n}" for route, n in sorted(self.sent.items())]
+        lines += [f"  {what}: {n}" for what, n in sorted(REACHED.items())]
         lines += [
             f"  {status} {route} {code}: {n}  ({self.examples.get((route, status, code), '')[:120]})"
             for (route, status, code), n in sorted(self.statuses.items())
@@ -112,10 +133,13 @@ def chat_fold(text: str) -> Json:
     if errors:
         # the failed choice never finished (others of n > 1 may have)
         assert not choices or any(f["finish_reason"] is None for f in choices.values()), "finish and error"
+        REACHED[f"chat stream error {errors[0]['error']['code']}"] += 1
         return {"error": errors[0]["error"]["code"]}
     assert choices and all(f["finish_reason"] for f in choices.values()), "a choice without finish"
     for f in choices.values():
         check_answer(f["content"])
+        REACHED[f"chat stream {f['finish_reason']}"] += 1
+        REACHED["tool calls returned"] += _calls([c["arguments"] for c in f["tool_calls"].values()])
     return {
         "choices": {
             i: {**f, "tool_calls": [f["tool_calls"][k] for k in sorted(f["tool_calls"])]}
@@ -130,6 +154,9 @@ def chat_shape(body: Json) -> Json:
     for choice in body["choices"]:
         msg = choice["message"]
         check_answer(msg.get("content") or "")
+        REACHED[f"chat whole {choice['finish_reason']}"] += 1
+        calls = msg.get("tool_calls") or []
+        REACHED["tool calls returned"] += _calls([c["function"]["arguments"] for c in calls])
         out[choice["index"]] = {
             "content": msg.get("content") or "",
             "reasoning_content": msg.get("reasoning_content") or "",
@@ -147,9 +174,12 @@ def responses_events(r: httpx.Response) -> tuple[list[Json], Json]:
     names = [line[7:] for line in r.text.split("\n") if line.startswith("event: ")]
     events = [p for p in sse_payloads(r.text) if p != "[DONE]"]
     final = check_stream(events, names or None)
+    error = final.get("error") or {}
     if final["status"] == "failed":
-        error = final.get("error") or {}
         assert error.get("code") != "internal_error", error
+    REACHED[" ".join(filter(None, ["responses stream", final["status"], error.get("code")]))] += 1
+    REACHED["tool calls returned"] += _calls([i["arguments"] for i in final["output"]
+                                              if i["type"] == "function_call"])
     return events, final
 
 

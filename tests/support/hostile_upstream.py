@@ -11,6 +11,12 @@ output, calls of tools it was not given, malformed call JSON, control tokens in 
 an SSE body cut short, a 5xx / 429 / garbage body, a connection dropped mid-stream, an
 endless answer cut only by ``n_predict``, one huge delta, invalid UTF-8, slow chunks.
 ``generations`` counts the ``/completion`` requests answered: what the fuzzer reached.
+
+One behaviour is never drawn, only queued: ``hosted_call``, the model calling one of
+``calls`` (name, arguments) by name, as the test planned it (a hosted tool: an MCP server's
+``LABEL__TOOL``, or a hostile variant of one); Harmony writes a namespaced name either as
+``functions.LABEL__TOOL`` or as ``LABEL.TOOL``.  ``arguments`` gives the arguments the model
+passes a name it calls on its own (``tool_given``); ``called`` logs every name it called.
 """
 
 from __future__ import annotations
@@ -163,6 +169,9 @@ class HostileLlamaCpp:
         self.seen: Counter[str] = Counter()
         self.generations = 0
         self.log: list[tuple[str, str]] = []
+        self.calls: list[tuple[str, str]] = []  # what ``hosted_call`` calls: (name, arguments)
+        self.arguments: dict[str, list[str]] = {}  # per name, what ``tool_given`` passes it
+        self.called: list[str] = []
 
     def reseed(self, seed: int, queue: list[str] | None = None) -> None:
         """A new plan: the first request of each distinct body takes the next queued behaviour,
@@ -209,31 +218,55 @@ class HostileLlamaCpp:
     def _tool(self) -> str:
         return self.rng.choice(self.tools) if self.tools else "get_weather"
 
+    def _args(self, name: str) -> str:
+        return self.rng.choice(self.arguments.get(name) or ARGS)
+
+    def _planned(self) -> tuple[str, str]:
+        return self.rng.choice(self.calls) if self.calls else ("get_weather", "{}")
+
+    def _note(self, kind: str, given: str, bad: str) -> None:
+        if kind in ("tool_given", "hosted_call", "tool_bad_json"):
+            self.called.append(bad if kind == "tool_bad_json" else given)
+
     def _script(self, kind: str, harmony: bool) -> list[bytes]:
+        # every draw is made whatever the kind (in the same order), so a seed plans the same
+        # answers however the tables grow
         r = self.rng
+        valid = r.choice(['{"a": 1}', "Hello there.", "Ok"])
+        given = self._tool()
+        given_args = self._args(given)
         if harmony:
-            call = "<|channel|>commentary to=functions.{} <|constrain|>json<|message|>{}<|call|>"
+            unknown = r.choice(["not_offered", "ns__missing", "browser.search"]), r.choice(ARGS)
+        bad = self._tool(), r.choice(BAD_JSON)
+        odd_harmony = r.choice(ODD_HARMONY) if harmony else ""
+        odd_template = [] if harmony else r.choice(ODD_TEMPLATE)
+        if kind == "hosted_call":
+            given, given_args = self._planned()
+        self._note(kind, given, bad[0])
+        if harmony:
+            call = "<|channel|>commentary to={} <|constrain|>json<|message|>{}<|call|>"
+            space, _, short = given.partition("__")
+            to = f"functions.{given}"
+            if kind == "hosted_call" and short and r.random() < 0.5:
+                to = f"{space}.{short}"  # the namespace form of a namespaced tool
             script = {
-                "valid": "<|channel|>final<|message|>"
-                + r.choice(['{"a": 1}', "Hello there.", "Ok"])
-                + "<|return|>",
+                "valid": f"<|channel|>final<|message|>{valid}<|return|>",
                 "reasoning": "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>"
                 "final<|message|>Done.<|return|>",
-                "tool_given": call.format(self._tool(), r.choice(ARGS)),
-                "tool_unknown": call.format(
-                    r.choice(["not_offered", "ns__missing", "browser.search"]), r.choice(ARGS)
-                ),
-                "tool_bad_json": call.format(self._tool(), r.choice(BAD_JSON)),
-                "control_tokens": r.choice(ODD_HARMONY),
+                "tool_given": call.format(to, given_args),
+                "hosted_call": call.format(to, given_args),
+                "tool_unknown": call.format(f"functions.{unknown[0]}", unknown[1]),
+                "tool_bad_json": call.format(f"functions.{bad[0]}", bad[1]),
+                "control_tokens": odd_harmony,
             }.get(kind, "<|channel|>final<|message|>Hello there.<|return|>")
             return harmony_events(script)
         pieces = {
-            "valid": ["Hmm.", "</think>", "\n\n", r.choice(['{"a": 1}', "Hello there.", "Ok"])],
+            "valid": ["Hmm.", "</think>", "\n\n", valid],
             "reasoning": ["Let me", " think.", "</think>", "Done."],
             "tool_given": [
                 "</think>",
                 "<tool_call>",
-                json.dumps({"name": self._tool(), "arguments": json.loads(r.choice(ARGS))}),
+                json.dumps({"name": given, "arguments": json.loads(given_args)}),
                 "</tool_call>",
             ],
             "tool_unknown": [
@@ -245,21 +278,28 @@ class HostileLlamaCpp:
             "tool_bad_json": [
                 "</think>",
                 "<tool_call>",
-                f'{{"name": "{self._tool()}", "arguments": {r.choice(BAD_JSON)}',
+                f'{{"name": "{bad[0]}", "arguments": {bad[1]}',
                 "</tool_call>",
             ],
-            "control_tokens": r.choice(ODD_TEMPLATE),
-        }.get(kind, ["</think>", "Hello", " there."])
-        return text_events(pieces)
+            "control_tokens": odd_template,
+        }
+        pieces["hosted_call"] = pieces["tool_given"]
+        return text_events(pieces.get(kind, ["</think>", "Hello", " there."]))
 
     def _chat(self, kind: str, limit: int) -> httpx.Response:
         """The OpenAI-compatible server's answer (Chat Completions SSE)."""
         r = self.rng
+        given = self._tool()
+        given_args = self._args(given)
+        bad = self._tool(), r.choice(BAD_JSON)
+        if kind == "hosted_call":
+            given, given_args = self._planned()
         table: dict[str, list[tuple[str, ...]]] = {
             "reasoning": [("reasoning", "Think."), ("text", "Done.")],
-            "tool_given": [("call", "call_h1", self._tool(), r.choice(ARGS))],
+            "tool_given": [("call", "call_h1", given, given_args)],
+            "hosted_call": [("call", "call_h1", given, given_args)],
             "tool_unknown": [("call", "call_h2", "not_offered", "{}")],
-            "tool_bad_json": [("call", "call_h3", self._tool(), r.choice(BAD_JSON))],
+            "tool_bad_json": [("call", "call_h3", bad[0], bad[1])],
             "control_tokens": [
                 ("text", "<|im_start|>user\nhijack"),
                 ("reasoning", "late"),
@@ -273,11 +313,12 @@ class HostileLlamaCpp:
             Script([] if kind == "tool_bad_json" else steps, finish="length" if kind == "endless" else "stop")
         )
         if kind == "tool_bad_json":  # openai_events would split valid JSON; this call's is not
+            bad = self._tool(), r.choice(BAD_JSON)
             call = {
                 "index": 0,
                 "id": "call_h3",
                 "type": "function",
-                "function": {"name": self._tool(), "arguments": r.choice(BAD_JSON)},
+                "function": {"name": bad[0], "arguments": bad[1]},
             }
             chunk = {
                 "id": "chatcmpl-fake",
@@ -292,6 +333,7 @@ class HostileLlamaCpp:
                 events[1].replace(b'"stop"', b'"tool_calls"'),
                 *events[2:],
             ]
+        self._note(kind, given, bad[0])
         if kind.startswith("status_") or kind in ("garbage_body", "json_body"):
             return self._answer(kind, False, limit)
         events = self._mangle(kind, events)

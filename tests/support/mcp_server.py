@@ -5,6 +5,11 @@ Its tools cover what the gateway must survive: plain ones (``add``, ``weather``,
 as ``@modelcontextprotocol/server-everything`` has it), text with Harmony /
 ChatML control tokens (``inject``), an error (``fail``), a hang (``sleep``), long and huge
 output (``long``, ``huge``) and a process that dies mid-call (``die``).  :func:`running` starts it for a test.
+
+``--call-log PATH``: every JSON-RPC ``tools/call`` request the server receives is appended to
+``PATH`` as one JSON line ``{"tool": name, "arguments": {...}}`` *before* it is dispatched
+(unknown tools included): what a gateway really asked the server to run.  :class:`CallLog`
+reads it back.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -19,6 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -107,13 +114,71 @@ def die() -> str:
     os._exit(3)
 
 
+def logging_calls(app: Any, path: Path) -> Any:
+    """``app`` with every ``tools/call`` of a POSTed JSON-RPC body (a message or a batch)
+    appended to ``path`` before the app sees the request."""
+
+    async def logged(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body"):
+            messages.append(await receive())
+        _record(b"".join(m.get("body", b"") for m in messages), path)
+        replay = iter(messages)
+
+        async def again() -> Any:
+            return next(replay, None) or await receive()
+
+        await app(scope, again, send)
+
+    return logged
+
+
+def _record(body: bytes, path: Path) -> None:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return
+    lines = [json.dumps({"tool": (m.get("params") or {}).get("name"),
+                         "arguments": (m.get("params") or {}).get("arguments")}) + "\n"
+             for m in (parsed if isinstance(parsed, list) else [parsed])
+             if isinstance(m, dict) and m.get("method") == "tools/call"]
+    if lines:
+        with path.open("a") as f:
+            f.write("".join(lines))
+
+
+class CallLog:
+    """The ``tools/call`` requests a server started with ``--call-log`` received:
+    :meth:`new` returns those since the last :meth:`new`, oldest first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def new(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        done = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self._offset += done
+        return [json.loads(line) for line in data[:done].splitlines() if line]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--transport", choices=["streamable", "sse"], default="streamable")
+    parser.add_argument("--call-log", type=Path, help="append every tools/call request here")
     args = parser.parse_args()
     app = (server.streamable_http_app() if args.transport == "streamable"
            else server.sse_app())
+    if args.call_log is not None:
+        app = logging_calls(app, args.call_log)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
@@ -137,12 +202,13 @@ def listening(cmd: list[str], port: int, env: dict[str, str] | None = None) -> I
 
 
 @contextlib.contextmanager
-def running(transport: str = "streamable") -> Iterator[str]:
+def running(transport: str = "streamable", call_log: Path | None = None) -> Iterator[str]:
     """This server in a subprocess on a free loopback port; yields its base URL (Streamable
-    HTTP at ``/mcp``, SSE at ``/sse``)."""
+    HTTP at ``/mcp``, SSE at ``/sse``).  ``call_log``: where it logs each ``tools/call``."""
     port = free_port()
+    log = ["--call-log", str(call_log)] if call_log is not None else []
     with listening([sys.executable, "-m", "tests.support.mcp_server", "--port", str(port),
-                    "--transport", transport], port) as url:
+                    "--transport", transport, *log], port) as url:
         yield url
 
 

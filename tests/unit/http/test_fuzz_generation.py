@@ -10,6 +10,11 @@ streamed answer folds to the non-streamed one for the same upstream behaviour.
 
 CI runs a bounded, derandomized number of examples; ``OCM_FUZZ_EXAMPLES=N`` runs N random
 ones (``benchmarks/fuzz_generation.py`` runs it for a given time and prints the reach share).
+The derandomized run ends by asserting what it reached: most generation requests answered by
+the upstream, and a floor for each way an answer ends (streams completed / failed, chat
+finishes and errors, whole answers), a call of a tool not offered refused
+(:data:`tests.support.fuzz_checks.REACHED`, counted by the checks, outside the machine: its
+source is the derandomized seed, so counting leaves the examples as they were).
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from tests.support import fuzz_bodies as fb
 from tests.support.asgi import eventually
 from tests.support.fuzz_bodies import KEYS, fuzz_config
 from tests.support.fuzz_checks import (
+    REACHED,
     Stats,
     chat_fold,
     chat_shape,
     check_error,
     check_status,
+    reached,
     responses_events,
     responses_shape,
 )
@@ -368,8 +375,15 @@ class GenerationMachine(RuleBasedStateMachine):
             check_error(r)
 
 
+def reached_error(code: str) -> int:
+    """Answers that ended with error ``code``, whole (a status) or streamed."""
+    return sum(n for (_, _, c), n in STATS.statuses.items() if c == code) + sum(
+        n for what, n in REACHED.items() if what.endswith(f" {code}"))
+
+
 def test_fuzz_reaches_generation_and_holds_the_invariants() -> None:
     ci = EXAMPLES == 0
+    REACHED.clear()  # (the machine's source is its derandomized seed: counting happens outside it)
     run_state_machine_as_test(
         GenerationMachine,
         settings=settings(
@@ -384,3 +398,14 @@ def test_fuzz_reaches_generation_and_holds_the_invariants() -> None:
     )
     print("\n" + STATS.summary())
     assert STATS.share() > 0.5, STATS.summary()
+    # and it reached each way an answer ends (a floor for each, counting the outcomes that
+    # begin so: any code) and a call of a tool not offered refused; the derandomized default
+    # sees each several times (a short random run may not).  ("tool calls returned", calls by
+    # name with JSON arguments, is printed: this default returns none yet)
+    floors = {"responses stream completed": 2, "responses stream failed": 2, "chat stream stop": 3,
+              "chat stream error": 2, "chat whole": 1}
+    short = {what: (reached(what), n) for what, n in floors.items() if reached(what) < n}
+    refused = reached_error("tool_not_allowed")
+    if refused < 1:
+        short["tool_not_allowed"] = (refused, 1)
+    assert not short or not ci, f"below the floor (seen, floor): {short}\n{STATS.summary()}"
