@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine import generation
+from app.engine import count, generation
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, config, gateway
 
@@ -140,6 +140,7 @@ async def test_a_count_renders_a_long_input_off_the_event_loop(monkeypatch: pyte
         return render(*args)
 
     monkeypatch.setattr(generation, "render", recording)
+    monkeypatch.setattr(count, "render", recording)  # a long count renders and counts in one thread
     async with gateway(FakeLlamaCpp(ANSWER).transport(), config(context_window=131_072)) as c:
         r = await c.post("/v1/responses/input_tokens", json={"model": MODEL, "input": [
             {"role": "user", "content": f"m{i}"} for i in range(2000)]})

@@ -103,8 +103,9 @@ async def test_template_fetched_from_backend_props_once() -> None:
             r = await client.post("/v1/chat/completions", json={
                 "model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hi"
-    # once each for all requests: the template, the context window, the model file (vocabulary)
-    assert props_calls == [1, 1, 1]
+    # once each for all requests: the template, the context window, the model file (vocabulary),
+    # the slots (how many generations the replica takes at once: app.engine.admission)
+    assert props_calls == [1, 1, 1, 1]
     assert fake.completions[0]["prompt"][:2] == [MARKERS["<bos>"], MARKERS["<start_of_turn>"]]
     # The slot holds 1024 tokens (config says 4096): the budget is the backend's.
     assert fake.completions[0]["n_predict"] == 1024 - len(fake.completions[0]["prompt"])
