@@ -46,7 +46,8 @@ class Cancelled(Exception):
 
 class Budget:
     def __init__(self, seconds: float | None = None) -> None:
-        self.deadline = time.monotonic() + (SECONDS if seconds is None else seconds)
+        self.seconds = SECONDS if seconds is None else seconds
+        self.deadline = time.monotonic() + self.seconds
         self.cancelled = threading.Event()
 
     def expired(self) -> bool:
@@ -56,7 +57,7 @@ class Budget:
         if self.cancelled.is_set():
             raise Cancelled
         if self.expired():
-            raise InvalidRequest(f"input_file: the file takes too long to read (over {SECONDS:g} s "
+            raise InvalidRequest(f"input_file: the file takes too long to read (over {self.seconds:g} s "
                                  "of work); is it built to be costly?", param=param, code=CODE)
 
 

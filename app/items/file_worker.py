@@ -1,6 +1,6 @@
 """The file worker: a process that reads files, so that the gateway can kill it.
 
-A format reader (:data:`READERS`; today PDF, :mod:`app.items.pdf`) runs here, never in the
+A format reader (:data:`READERS`) runs here, never in the
 gateway's process: whatever the reader's library does with a hostile file (inflate it, parse
 its fonts, recurse through its forms), the gateway stops it by killing the process when the
 request's budget runs out or its client leaves (:mod:`app.items.file_jobs`), and its memory
@@ -11,12 +11,18 @@ gateway.  A file format added later (the Files API's) is a reader here, under th
 request = 4-byte length + JSON header (``reader``, ``param``, ``limits``, ``size``) + ``size``
 bytes of file; answer = 4-byte length + JSON (``{"ok": value}``, ``{"refused": [message,
 param, code]}``, ``{"failed": name}``, ``{"memory": true}``).  JSON both ways: the gateway
-never unpickles what a process that read a hostile file says.  :class:`Worker` is the
-gateway's end.
+never unpickles what a process that read a hostile file says.  A value's ``text`` (up to 20
+million characters for ingestion) travels after the JSON as raw UTF-8 (``"text": size`` in the
+JSON), which the gateway decodes a megabyte at a time, so that neither parsing the answer nor
+decoding it holds the GIL for long.  :class:`Worker` is the gateway's end.
+
+Readers: ``pdf`` (:mod:`app.items.pdf`) and, for ingestion, ``text``, ``json`` and ``html``
+(:func:`app.knowledge.extract.read_here`: decoding, JSON validation, the HTML parser).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import os
@@ -38,7 +44,18 @@ def _pdf(data: bytes, param: str, limits: dict[str, int]) -> Any:
     return pdf.read(data, param, limits)
 
 
-READERS: dict[str, Callable[[bytes, str, dict[str, int]], Any]] = {"pdf": _pdf}
+def _knowledge(kind: str) -> Callable[[bytes, str, dict[str, int]], Any]:
+    def read(data: bytes, param: str, limits: dict[str, int]) -> Any:
+        from app.knowledge import extract
+
+        return extract.read_here(kind, data, param, limits)
+
+    return read
+
+
+READERS: dict[str, Callable[[bytes, str, dict[str, int]], Any]] = {
+    "pdf": _pdf, **{kind: _knowledge(kind) for kind in ("text", "json", "html")}}
+TEXT_STEP = 1 << 20  # bytes of UTF-8 the gateway decodes at a time (the GIL is free between)
 
 
 def _read_exact(stream: IO[bytes], size: int) -> bytes:
@@ -92,14 +109,30 @@ def main() -> None:
             return
         answer = _answer(header, data)
         del data
+        text = b""
         try:
+            value = answer.get("ok")
+            if isinstance(value, dict) and isinstance(value.get("text"), str):
+                text = value.pop("text").encode("utf-8", "surrogatepass")
+                answer["text"] = len(text)
             body = json.dumps(answer).encode()
         except MemoryError:
-            body = b'{"memory": true}'
+            body, text = b'{"memory": true}', b""
         out.write(_frame(body))
+        out.write(text)
         out.flush()
         if "memory" in answer:
             return  # a worker that ran out of memory is not trusted with the next file
+
+
+def _decoded(raw: bytes) -> str:
+    """``raw`` UTF-8 as text, :data:`TEXT_STEP` bytes at a time: one ``bytes.decode`` of 20 MB
+    holds the GIL (and so the gateway's event loop) for tens of milliseconds."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+    view = memoryview(raw)
+    parts = [decoder.decode(view[i:i + TEXT_STEP]) for i in range(0, len(raw), TEXT_STEP)]
+    parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
 
 
 class WorkerGone(Exception):
@@ -143,6 +176,12 @@ class Worker:
             raise WorkerGone from None
         if not isinstance(found, dict):
             raise WorkerGone
+        size = found.pop("text", None)
+        if isinstance(size, int) and isinstance(found.get("ok"), dict):
+            try:
+                found["ok"]["text"] = _decoded(_read_exact(self.proc.stdout, size))
+            except (EOFError, OSError):
+                raise WorkerGone from None
         return found
 
     def alive(self) -> bool:

@@ -13,7 +13,9 @@ Reading is bounded: every format but UTF-8 text is read in a worker process that
 when the request's time budget runs out or its client leaves, with its memory capped
 (:mod:`app.items.file_jobs`, :mod:`app.items.file_worker`); a PDF also by its pages, any
 stream's decompressed size, the drawing commands of each page (forms included) and of the file
-(a form counted at each use), and its drawing operators (:mod:`app.items.pdf`).  A file past a
+(a form counted at each use, nested forms multiplied, before any is parsed), the character-map
+entries its fonts build (a font counted at each page and form that uses it), and its drawing
+operators (:mod:`app.items.pdf`, :mod:`app.items.pdf_cost`).  A file past a
 bound is a 400 naming the part, as are unsupported types, corrupt or encrypted PDFs (a PDF
 without a cross-reference table or trailer is read, as viewers read it), PDFs without a text
 layer (no OCR here) and files over the limits below.  Every failure of the
@@ -37,6 +39,7 @@ MAX_CONTENT = 8 * 1024 * 1024  # ... of all pages of one file (~4.5 s of parsing
 MAX_OPERATORS = 1_000_000  # drawing operators of one file
 MAX_STREAM = 16 * 1024 * 1024  # any one stream, decompressed
 MAX_FORM_DRAWS = 2_000  # forms drawn while extracting one page
+MAX_FONT_ENTRIES = 1_000_000  # character-map entries built (a font at each page / form using it)
 
 CODE = "unsupported_file"
 _TEXT_TYPES = {"text/plain": "text", "text/markdown": "text", "text/x-markdown": "text",
@@ -108,7 +111,7 @@ def _pdf(data: bytes, param: str) -> tuple[str, int]:
     """The PDF's text and pages, read in the file worker (:mod:`app.items.pdf`)."""
     limits = {"pages": MAX_PDF_PAGES, "page_content": MAX_PAGE_CONTENT, "content": MAX_CONTENT,
               "operators": MAX_OPERATORS, "text_chars": MAX_TEXT_CHARS, "stream": MAX_STREAM,
-              "forms": MAX_FORM_DRAWS}
+              "forms": MAX_FORM_DRAWS, "font_entries": MAX_FONT_ENTRIES}
     found = isolated("pdf", data, param, limits)
     return str(found["text"]), int(found["pages"])
 

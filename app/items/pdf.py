@@ -10,6 +10,11 @@ that says why:
 * before any parsing, a page's drawing commands and every form XObject it can reach (nested
   forms included, each counted once) hold at most ``page_content`` bytes, and all pages at most
   ``content``;
+* before any parsing too, what extraction will do (:mod:`app.items.pdf_cost`): a form's
+  commands counted at each draw, nested draws multiplied, against ``content``, and fonts'
+  character-map entries counted at each page and form drawn that uses them, against
+  ``font_entries`` (nested forms drawn 10 x 10 x 10 times and 200 fonts sharing a 65,536-code
+  map, which ran into the time budget, are refused in milliseconds);
 * while extracting, every ``Do`` is charged the size of the form it draws (pypdf parses a form
   again at each use), with the pages' own commands, against ``content``; drawing operators
   (forms' included) against ``operators``.  These raise :class:`_Refused`, a
@@ -26,6 +31,7 @@ import re
 from typing import Any
 
 from app.core.errors import InvalidRequest
+from app.items import pdf_cost
 
 CODE = "unsupported_file"
 MAX_FORM_DEPTH = 16  # nested forms followed by the size check (pypdf stops cycles itself)
@@ -92,13 +98,15 @@ def _check_content(reader: Any, limits: dict[str, int]) -> tuple[list[int], dict
     is ~0.55 s a MB): each page's size and what each form name costs."""
     pages: list[int] = []
     costs: dict[str, int] = {}
+    drawn: list[tuple[bytes, Any]] = []
     total = 0
     for i, page in enumerate(reader.pages):
         contents = page.get_contents()
         seen: dict[int, int] = {}
         resources = page.get("/Resources")
         _forms(resources.get_object() if resources is not None else None, 0, seen, costs)
-        pages.append(len(contents.get_data()) if contents is not None else 0)
+        drawn.append((contents.get_data() if contents is not None else b"", resources))
+        pages.append(len(drawn[-1][0]))
         size = pages[-1] + sum(seen.values())
         if size > limits["page_content"]:
             raise _Refused(f"page {i + 1} of the PDF draws {size:,} bytes of drawing commands "
@@ -107,6 +115,7 @@ def _check_content(reader: Any, limits: dict[str, int]) -> tuple[list[int], dict
         if total > limits["content"]:
             raise _Refused(f"the PDF's pages hold over {limits['content']:,} bytes of drawing "
                            "commands; is it built to be costly?")
+    pdf_cost.check(drawn, limits)  # forms at each draw, fonts at each page and form: TooCostly
     return pages, costs
 
 
@@ -167,7 +176,7 @@ def read(data: bytes, param: str, limits: dict[str, int]) -> dict[str, Any]:
             texts = _extract(reader, limits)
     except InvalidRequest:
         raise
-    except _Refused as exc:
+    except (_Refused, pdf_cost.TooCostly) as exc:
         raise refused(exc.message) from None
     except FileNotDecryptedError:
         raise refused("the PDF is password-protected.") from None

@@ -10,11 +10,15 @@ thread (never on the event loop).
 * **Text** must be UTF-8 (a BOM allowed; UTF-16 with its BOM too) without NUL characters;
   otherwise, and for JSON that does not parse, ``invalid_file``.  A file with no text at all
   is ``invalid_file``; one past :data:`MAX_TEXT_CHARS` is ``unsupported_file``.
-* **PDF** goes through the gateway's hardened reader (:mod:`app.items.pdf`) in the file worker
-  process (:func:`app.items.file_jobs.isolated`: memory capped, killed at the deadline of the
-  :class:`~app.items.file_jobs.Budget` given, or when it is cancelled), with the same bounds as
-  an ``input_file`` except its pages (:data:`MAX_PDF_PAGES`) and text; a damaged, encrypted or
-  costly PDF is ``invalid_file``, one without a text layer ``unsupported_file``.
+* **Every kind is read in the file worker process** (:func:`app.items.file_jobs.isolated`:
+  memory capped, killed at the deadline of the :class:`~app.items.file_jobs.Budget` given, or
+  when it is cancelled; the calling thread only waits): decoding, JSON validation and the HTML
+  parser there (:func:`read_here`), so no part of a 64 MB file's reading holds the gateway's GIL
+  (its text comes back as raw UTF-8, decoded a megabyte at a time).
+* **PDF** goes through the gateway's hardened reader (:mod:`app.items.pdf`) with the same
+  bounds as an ``input_file`` except its pages (:data:`MAX_PDF_PAGES`), text and fonts'
+  character-map entries (:data:`MAX_FONT_ENTRIES`); a damaged, encrypted or costly PDF is
+  ``invalid_file``, one without a text layer ``unsupported_file``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ Kind = Literal["pdf", "text", "html", "json"]
 MAX_TEXT_CHARS = 20_000_000  # ~5M tokens: OpenAI's limit of one file in a vector store
 MAX_PDF_PAGES = 2000
 PDF_SECONDS = 120.0  # one PDF's reading, in the worker process
+MAX_FONT_ENTRIES = 16_000_000  # a PDF's fonts' character-map entries (16 x an input_file's)
 CODE_EXTENSIONS = frozenset({
     "c", "cc", "cpp", "cxx", "h", "hpp", "cs", "css", "go", "java", "js", "mjs", "cjs", "jsx", "ts",
     "tsx", "php", "py", "rb", "rs", "sh", "bash", "swift", "kt", "kts", "scala", "sql", "tex", "r",
@@ -133,20 +138,52 @@ def html_text(source: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _pdf(data: bytes, budget: file_jobs.Budget | None) -> str:
+def read_here(kind: str, data: bytes, param: str, limits: dict[str, int]) -> dict[str, str]:
+    """``{"text"}`` of a ``text``, ``json`` or ``html`` file: run in the file worker process
+    (:data:`app.items.file_worker.READERS`), where decoding 64 MB, validating its JSON or
+    parsing its HTML holds no GIL of the gateway's; :class:`Unreadable` becomes the worker's
+    refusal (an :class:`InvalidRequest` carrying its code)."""
+    try:
+        text = decode(data)
+        if kind == "json":
+            try:
+                orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
+                raise Unreadable("invalid_file", f"The file is not valid JSON ({exc}).") from None
+        elif kind == "html":
+            text = html_text(text)
+        _check_text(text, limits["text_chars"])
+    except Unreadable as exc:
+        raise InvalidRequest(exc.message, param=param, code=exc.code) from None
+    return {"text": text}
+
+
+def _check_text(text: str, most: int) -> None:
+    if len(text) > most:
+        raise Unreadable("unsupported_file", f"The file holds more than {most:,} characters of text.")
+    if not text.strip():
+        raise Unreadable("invalid_file", "The file has no text.")
+
+
+def _isolated(kind: Kind, data: bytes, budget: file_jobs.Budget | None) -> str:
+    """The text of ``data`` read in the file worker process, under ``budget``."""
     from app.items import files as items_files
 
-    limits = {"pages": MAX_PDF_PAGES, "page_content": items_files.MAX_PAGE_CONTENT,
-              "content": items_files.MAX_CONTENT, "operators": items_files.MAX_OPERATORS,
-              "text_chars": MAX_TEXT_CHARS, "stream": items_files.MAX_STREAM,
-              "forms": items_files.MAX_FORM_DRAWS}
+    limits = {"text_chars": MAX_TEXT_CHARS}
+    if kind == "pdf":
+        limits |= {"pages": MAX_PDF_PAGES, "page_content": items_files.MAX_PAGE_CONTENT,
+                   "content": items_files.MAX_CONTENT, "operators": items_files.MAX_OPERATORS,
+                   "stream": items_files.MAX_STREAM, "forms": items_files.MAX_FORM_DRAWS,
+                   "font_entries": MAX_FONT_ENTRIES}
     file_jobs._LOCAL.budget = budget or file_jobs.Budget(PDF_SECONDS)  # isolated() reads it
     try:
-        found = file_jobs.isolated("pdf", data, "file", limits)
+        found = file_jobs.isolated(kind, data, "file", limits)
     except InvalidRequest as exc:
         message = exc.message.removeprefix("input_file: ")
         message = message[:1].upper() + message[1:]
         code: ErrorCode = "unsupported_file" if "no text layer" in message else "invalid_file"
+        if kind != "pdf" and exc.code == "unsupported_file":  # read_here's own code
+            code = "unsupported_file"
         raise Unreadable(code, message) from None
     finally:
         file_jobs._LOCAL.budget = None
@@ -163,20 +200,6 @@ def extract(data: bytes, filename: str, content_type: str,
                          "gateway reads PDF, text, Markdown, HTML, JSON and source code.")
     if not data:
         raise Unreadable("invalid_file", "The file is empty.")
-    if kind == "pdf":
-        text = _pdf(data, budget)
-    else:
-        text = decode(data)
-        if kind == "json":
-            try:
-                orjson.loads(text)
-            except orjson.JSONDecodeError as exc:
-                raise Unreadable("invalid_file", f"The file is not valid JSON ({exc}).") from None
-        elif kind == "html":
-            text = html_text(text)
-    if len(text) > MAX_TEXT_CHARS:
-        raise Unreadable("unsupported_file", f"The file holds more than {MAX_TEXT_CHARS:,} characters "
-                         "of text.")
-    if not text.strip():
-        raise Unreadable("invalid_file", "The file has no text.")
+    text = _isolated(kind, data, budget)
+    _check_text(text, MAX_TEXT_CHARS)
     return text

@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from app.core.errors import InvalidRequest
-from app.items import file_jobs, file_worker, files
+from app.items import file_jobs, file_worker, files, pdf_cost
+from app.items import pdf as pdf_reader
 from app.items.files import extract
 from tests.support import pdf
 
@@ -60,7 +61,19 @@ def test_each_use_of_a_form_is_charged(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nested forms: 10 x 10 x 10 draws of a 1 MB form (3 KB on the wire) parse 1 GB."""
     monkeypatch.setattr(files, "MAX_CONTENT", 3_000_000)
     message, took = _read(pdf.make_form_bomb(uses=10, size=1_000_000, depth=3))
-    assert "draws its forms to over 3,000,000 bytes" in message and took < 4
+    assert "draws its forms to" in message and "at most 3,000,000 are read" in message and took < 4
+
+
+def test_each_draw_is_charged_while_parsing_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind the count made before parsing (app/items/pdf_cost.py), the charge at each ``Do``
+    while parsing still holds: with the count let through, the parse stops at the bound."""
+    monkeypatch.setattr(pdf_cost, "check", lambda pages, limits: None)  # in this process
+    limits = {"pages": 10, "page_content": files.MAX_PAGE_CONTENT, "content": 3_000_000,
+              "operators": files.MAX_OPERATORS, "text_chars": files.MAX_TEXT_CHARS,
+              "stream": files.MAX_STREAM, "forms": files.MAX_FORM_DRAWS, "font_entries": 0}
+    with pytest.raises(InvalidRequest) as refused:
+        pdf_reader.read(pdf.make_form_bomb(uses=10, size=1_000_000, depth=3), P, limits)
+    assert "draws its forms to over 3,000,000 bytes" in refused.value.message
 
 
 BOMBS: dict[str, Callable[[], bytes]] = {
@@ -85,6 +98,7 @@ def test_every_bomb_ends_within_the_budget(name: str, monkeypatch: pytest.Monkey
 
 def test_the_next_file_is_read_after_a_worker_was_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(file_jobs, "SECONDS", 0.5)
+    monkeypatch.setattr(files, "MAX_FONT_ENTRIES", 10**9)  # past the count: the budget stops it
     assert "too long to read" in _read(pdf.make_font_bomb(200))[0]
     monkeypatch.setattr(file_jobs, "SECONDS", 5.0)
     text, took = _read(pdf.make_pdf("Still here."))
@@ -104,6 +118,7 @@ async def test_a_client_that_leaves_kills_the_worker(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(file_jobs, "Worker", Recorded)
     file_jobs._stop_workers()  # no idle worker: this job starts one we can watch
     monkeypatch.setattr(file_jobs, "SECONDS", 60.0)
+    monkeypatch.setattr(files, "MAX_CONTENT", 10**10)  # past the count: the worker parses on
     bomb = pdf.make_form_bomb(uses=10, size=1_000_000, depth=3)
     task = asyncio.ensure_future(file_jobs.run(lambda: _read(bomb)))
     for _ in range(200):

@@ -76,3 +76,31 @@ def test_a_pdf_past_its_budget_is_stopped() -> None:
     with pytest.raises(Unreadable) as bad:
         extract(make_pdf("hello"), "a.pdf", "application/pdf", budget)
     assert bad.value.code == "invalid_file" and "too long" in bad.value.message
+
+
+def test_every_kind_is_read_in_the_worker_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding, JSON validation and the HTML parser run in the file worker, not in the
+    gateway's process (where they would hold its GIL for a 64 MB file): broken here, they
+    still work there, and their refusals keep their codes."""
+    from app.knowledge import extract as module
+
+    def here(*_: object) -> str:
+        raise AssertionError("read in the gateway's process")
+
+    monkeypatch.setattr(module, "html_text", here)
+    monkeypatch.setattr(module, "decode", here)
+    assert extract(b"<p>Refunds</p><p>in 14 days</p>", "a.html", "") == "Refunds\nin 14 days"
+    assert extract(b'{"a": 1}', "a.json", "") == '{"a": 1}'
+    assert failure(b'{"a": ', "a.json").code == "invalid_file"
+    assert failure(b"caf\xe9", "a.md").message == "The file is not UTF-8 text."
+
+
+def test_the_text_comes_back_whole_across_decoding_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker sends the text as raw UTF-8 that the gateway decodes in steps: a character
+    cut by a step's edge is joined, not replaced."""
+    from app.items import file_worker
+
+    monkeypatch.setattr(file_worker, "TEXT_STEP", 5)
+    text = "naïve café — 😀 " * 500
+    assert extract(text.encode(), "a.txt", "") == text
+    assert "Refunds take 14 days." in extract(make_pdf("Refunds take 14 days."), "a.pdf", "")
