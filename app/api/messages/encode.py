@@ -22,6 +22,11 @@ arguments are complete), its result a ``web_search_tool_result`` /
 ``code_execution_tool_result`` block sent whole in its ``content_block_start``; usage carries
 ``server_tool_use``; a response the agentic loop ended at one of its bounds (rounds, deadline)
 stops with ``pause_turn``.
+
+``wire=True`` (the streamed route): the deltas (``text_delta``, ``thinking_delta``,
+``input_json_delta``) and the ``ping`` leave as :class:`~app.api.messages.wire.Wire` frames, made
+from a per-block prefix and suffix and the piece's JSON string (:mod:`app.api.messages.wire`),
+byte for byte what the dicts encode to; every other event stays a dict.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any
 import orjson
 
 from app.api.messages.server_blocks import ServerBlocks
+from app.api.messages.wire import DELTA_FIELDS, Wire, delta_frame
+from app.api.messages.wire import PING as PING_FRAME
 from app.core import events as ev
 from app.core.errors import anthropic_event
 from app.core.output import Usage
@@ -66,6 +73,7 @@ class _Block:
     whole: Json | None = None  # a server tool's result block, as it is sent
     function: str = ""  # a server_tool_use's model-facing function (browser__search, python)
     server_name: str = ""  # an mcp_tool_use's server
+    frame: tuple[bytes, bytes] | None = None  # wire: its delta frame around the piece's JSON string
 
     def body(self, show_thinking: bool = True) -> Json:
         if self.kind == "thinking":
@@ -101,7 +109,7 @@ class MessagesEncoder:
 
     def __init__(self, message_id: str, model: str, seal: Callable[[str], str], *,
                  stream: bool = True, show_thinking: bool = True,
-                 server: ServerBlocks | None = None) -> None:
+                 server: ServerBlocks | None = None, wire: bool = False) -> None:
         self._id = message_id
         self._model = model
         self._seal = seal
@@ -113,6 +121,7 @@ class MessagesEncoder:
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
         self._usage = Usage()
+        self._wire = wire
         self.terminal = False
 
     def _message(self, content: list[Json], stop_reason: str | None, usage: Usage) -> Json:
@@ -127,7 +136,8 @@ class MessagesEncoder:
         return out
 
     def start(self) -> list[Json]:
-        return [{"type": "message_start", "message": self._message([], None, Usage())}, PING]
+        return [{"type": "message_start", "message": self._message([], None, Usage())},
+                PING_FRAME if self._wire else PING]
 
     def encode(self, event: ev.Event) -> list[Json]:
         if self.terminal:
@@ -137,6 +147,18 @@ class MessagesEncoder:
         if not self._stream:
             self._fold(event)
             return []
+        if self._wire and isinstance(event, _PIECES):  # a token of the open block: its frame
+            text, block = event.text, self._open
+            if not text:
+                return []
+            kind = "thinking" if type(event) is ev.ReasoningDelta else "text"
+            if block is None or block.kind != kind:
+                return self._delta(kind, text)
+            block.pieces.append(text)
+            if block.frame is None:  # thinking kept for the signature, not shown
+                return []
+            before, after = block.frame
+            return [Wire(before + orjson.dumps(text) + after)]
         return self._events(event)
 
     def cancel(self) -> list[Json]:
@@ -167,6 +189,8 @@ class MessagesEncoder:
         out = self._close()
         self._blocks.append(block)
         self._open = block
+        if self._wire and block.kind in DELTA_FIELDS and (block.kind != "thinking" or self._show_thinking):
+            block.frame = delta_frame(len(self._blocks) - 1, block.kind)
         start: Json
         if block.kind == "thinking":
             start = {"type": "thinking", "thinking": "", "signature": ""}
@@ -191,10 +215,17 @@ class MessagesEncoder:
         self._open.pieces.append(text)
         if kind == "thinking" and not self._show_thinking:
             return out  # kept for the signature, not shown
-        delta = ({"type": "thinking_delta", "thinking": text} if kind == "thinking"
-                 else {"type": "text_delta", "text": text})
-        out.append({"type": "content_block_delta", "index": len(self._blocks) - 1, "delta": delta})
+        out.append(self._piece(self._open, text))
         return out
+
+    def _piece(self, block: _Block, text: str) -> Json:
+        """The open ``block``'s delta carrying ``text`` (its frame, on the wire)."""
+        if block.frame is not None:
+            before, after = block.frame
+            return Wire(before + orjson.dumps(text) + after)
+        delta_type, name = DELTA_FIELDS[block.kind]
+        return {"type": "content_block_delta", "index": len(self._blocks) - 1,
+                "delta": {"type": delta_type, name: text}}
 
     def _fold(self, event: ev.Event) -> None:
         """A non-streamed message: the text, thinking and argument pieces go straight to their
@@ -244,8 +275,7 @@ class MessagesEncoder:
             if self._open is None or self._open.kind != "tool_use" or not event.delta:
                 return []
             self._open.pieces.append(event.delta)
-            return [{"type": "content_block_delta", "index": len(self._blocks) - 1,
-                     "delta": {"type": "input_json_delta", "partial_json": event.delta}}]
+            return [self._piece(self._open, event.delta)]
         if isinstance(event, ev.ToolCallDone):
             return self._call_done(event)
         if isinstance(event, ev.HostedCallDone):
@@ -277,8 +307,7 @@ class MessagesEncoder:
         if block is not None and hosted and block.id == event.call_id:
             assert self._server is not None
             block.arguments = orjson.dumps(self._server.input_of(block.function, event.arguments)).decode()
-            return [{"type": "content_block_delta", "index": len(self._blocks) - 1,
-                     "delta": {"type": "input_json_delta", "partial_json": block.arguments}}, *self._close()]
+            return [self._piece(block, block.arguments), *self._close()]
         if block is None or block.kind != "tool_use" or block.id != event.call_id:
             return []
         out: list[Json] = []
@@ -286,7 +315,5 @@ class MessagesEncoder:
         if event.arguments != streamed:  # the final arguments differ (repaired): send the rest
             block.arguments = event.arguments
             if event.arguments.startswith(streamed) and len(event.arguments) > len(streamed):
-                out.append({"type": "content_block_delta", "index": len(self._blocks) - 1,
-                            "delta": {"type": "input_json_delta",
-                                      "partial_json": event.arguments[len(streamed):]}})
+                out.append(self._piece(block, event.arguments[len(streamed):]))
         return out + self._close()

@@ -8,6 +8,8 @@ over the gateway's own providers (:mod:`app.api.messages.server_tools`), bounded
 ``[tools]`` as on Responses; a server tool without a provider is a 400 naming it.  The MCP
 connector's ``mcp_servers`` run on Responses' hosted MCP (:mod:`app.api.messages.mcp`).
 
+A stream's deltas leave pre-encoded (:mod:`app.api.messages.wire`).
+
 Thinking signatures are sealed and opened with the key Responses' ``encrypted_content`` uses
 (:mod:`app.items.sealing`), bound to the request's tenant.  Errors on these paths leave in
 Anthropic's envelope (:mod:`app.http.anthropic`).
@@ -22,7 +24,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
-from app.api.messages import web_fetch
+from app.api.messages import web_fetch, wire
 from app.api.messages.documents import has_sources, read_documents
 from app.api.messages.encode import MessagesEncoder
 from app.api.messages.ingest import OpenThinking, conversation_of, ingest_messages
@@ -39,7 +41,6 @@ from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
-from app.http.sse import typed_event
 from app.http.streaming import json_answer, sse_response
 from app.items.resolve import open_reasoning, seal_reasoning
 from app.items.sealing import Sealer
@@ -117,7 +118,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
         blocks = (ServerBlocks(server.names if server else {}, seal, server.browser if server else None,
                                mcp_names) if boxes else None)
         return MessagesEncoder(message_id, ingest.model, seal, stream=ingest.stream,
-                               show_thinking=ingest.show_thinking, server=blocks)
+                               show_thinking=ingest.show_thinking, server=blocks, wire=ingest.stream)
 
     if boxes:
         limits = LoopLimits(None, settings.max_rounds, settings.deadline_seconds, settings.max_parallel)
@@ -130,7 +131,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     if not ingest.stream:
         return await json_answer(request, starting)
     run = await cancel_on_disconnect(request, starting)
-    return sse_response(run, typed_event, engine.registry.config.shutdown_grace_seconds, done=None,
+    return sse_response(run, wire.frame, engine.registry.config.shutdown_grace_seconds, done=None,
                         ping=_ping)
 
 
