@@ -39,6 +39,8 @@ from app.config import GatewayConfig, load_config
 from app.core import tracing
 from app.engine.admission import Admission
 from app.engine.engine import Engine
+from app.engine.machine_signals import MachineSignals
+from app.engine.machine_signals import from_environment as machine_signals_from_env
 from app.engine.registry import Registry
 from app.engine.signals import RedisSignals
 from app.formats.harmony.vocab import harmony_encoding
@@ -90,7 +92,9 @@ def create_app(config: GatewayConfig | None = None,
         code = cfg.tools.code_interpreter
         sandbox = (Sandbox(code.url.rstrip("/"), httpx.AsyncClient(
             timeout=httpx.Timeout(code.timeout, connect=10.0)), code.token) if code.url else None)
-        signals = RedisSignals(app.state.redis) if getattr(app.state, "redis", None) is not None else None
+        # between replicas: Redis; between the workers of serve --workers N: the machine's hub
+        signals = (RedisSignals(app.state.redis) if getattr(app.state, "redis", None) is not None
+                   else machine_signals_from_env())
         app.state.responses = ResponsesService(engine, store, conversations, search, sandbox, signals)
 
         def cancel_here(run_id: str) -> None:  # a cancel published by another replica
@@ -139,6 +143,8 @@ def create_app(config: GatewayConfig | None = None,
             if listener is not None:
                 listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
+            if isinstance(signals, MachineSignals):  # after the runs' last events are copied
+                signals.close()
             await usage.flush()  # the last counts, before the store closes
             tracing.flush()
             await stores.close()
@@ -177,7 +183,7 @@ def create_app(config: GatewayConfig | None = None,
         counters = RedisCounters(app.state.redis, on_failure=cfg.redis.on_failure,
                                  lease_seconds=cfg.redis.lease_seconds)
     else:  # serve --workers N: the machine's counter service, if serve started one
-        counters = machine_counters_from_env()
+        counters = machine_counters_from_env(cfg.redis.lease_seconds)
     app.state.config = cfg
     tracing.configure()  # OTEL_* in the environment: spans over OTLP (app/core/tracing.py)
     usage = UsageRecorder(cfg.usage)

@@ -95,6 +95,7 @@ def _tokenizer_cases() -> list[tuple[str, str, Json]]:
         ("32,768 x '/\\n' chat message (one piece)", "/v1/chat/completions", chat("/\n" * 32_768)),
         ("14 MB ordinary chat message", "/v1/chat/completions", chat(big)),
         ("14 MB function_call_output", "/v1/responses", create(output)),
+        *_big_body_cases(big),
         ("input_tokens, 100,000 short messages", "/v1/responses/input_tokens",
          {"model": HARMONY_MODEL, "input": [{"role": "user", "content": f"m{i}"} for i in range(100_000)]}),
         ("100,000 short messages: Responses create", "/v1/responses",
@@ -112,6 +113,28 @@ def _tokenizer_cases() -> list[tuple[str, str, Json]]:
         ("1.1 MB spaces: a tool description", "/v1/responses",
          create(tools=[{"type": "function", "name": "f", "description": spaces}])),
         ("1.1 MB spaces: /tokenize", "/tokenize", {"model": HARMONY_MODEL, "prompt": spaces}),
+    ]
+
+
+def _big_body_cases(big: str) -> list[tuple[str, str, Json]]:
+    """Issue 35: a 14 MB body whatever field holds it, on every API (each is parsed, validated,
+    converted, checked and freed off the event loop)."""
+    def create(**more: Any) -> Json:
+        return {"model": HARMONY_MODEL, "input": "hi", "max_output_tokens": 8, **more}
+
+    small = "w " * 50  # 110,000 messages of 100 characters: ~14.8 MB
+    return [
+        ("14 MB ordinary message: Messages", "/v1/messages",
+         {"model": HARMONY_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": big}]}),
+        ("14 MB instructions", "/v1/responses", create(instructions=big)),
+        ("14 MB tool description: Responses", "/v1/responses",
+         create(tools=[{"type": "function", "name": "f", "description": big}])),
+        ("14 MB tool description: chat", "/v1/chat/completions",
+         {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+          "tools": [{"type": "function", "function": {"name": "f", "description": big}}]}),
+        ("14 MB of 110,000 small chat messages", "/v1/chat/completions",
+         {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": small}] * 110_000,
+          "max_tokens": 8}),
     ]
 
 

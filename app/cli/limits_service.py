@@ -1,4 +1,7 @@
-"""``serve --workers N`` without Redis: the machine's counter service for per-key limits.
+"""``serve --workers N`` without Redis: the machine's counter service for per-key limits, and
+in the same process the machine's signal hub (:mod:`app.engine.signal_hub`: cancels, upstream
+cooldowns, background runs' live events between the workers; its socket beside the counters'
+one, in ``OCMGW_SIGNALS_SOCKET``).
 
 :func:`start` (called by ``serve`` before the workers start) runs
 ``python -m app.http.machine_counters`` as a process of its own session (a Ctrl-C on the
@@ -25,6 +28,7 @@ import threading
 import time
 
 from app.config import GatewayConfig
+from app.engine.signal_hub import SIGNALS_ENV
 from app.http.machine_counters import SOCKET_ENV
 
 READY_TIMEOUT = 10.0
@@ -36,6 +40,7 @@ class Service:
         self.lease_seconds = lease_seconds
         self.directory = tempfile.mkdtemp(prefix="ocm-gateway-limits-")  # 0700
         self.path = os.path.join(self.directory, "counters.sock")
+        self.signals = os.path.join(self.directory, "signals.sock")  # the signal hub, same process
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._started = 0.0
@@ -45,7 +50,7 @@ class Service:
     def _spawn(self, grace: float = 0.0) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.http.machine_counters", self.path, str(self.lease_seconds),
-             str(os.getpid()), str(grace)], start_new_session=True)
+             str(os.getpid()), str(grace), self.signals], start_new_session=True)
         self._started = time.monotonic()
         deadline = self._started + READY_TIMEOUT
         while time.monotonic() < deadline and self.process.poll() is None and not self._stopping.is_set():
@@ -102,5 +107,6 @@ def start(workers: int, cfg: GatewayConfig) -> Service | None:
     service = Service(cfg.redis.lease_seconds)
     service.start()
     os.environ[SOCKET_ENV] = service.path
+    os.environ[SIGNALS_ENV] = service.signals
     atexit.register(service.stop)
     return service

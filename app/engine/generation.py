@@ -244,7 +244,7 @@ def check_floor(route: ModelRoute, conv: Conversation, params: GenerationParams,
     token), so a 14 MB message is a 400 without being encoded."""
     if not isinstance(route.format, HarmonyFormat):
         return
-    floor = min_prompt_tokens(conv)
+    floor = min_prompt_tokens(conv, tools=params.tool_choice.mode != "none")
     if floor >= window:
         raise ContextLengthExceeded(
             f"The prompt is at least {floor} tokens, which does not fit the context window of "

@@ -5,7 +5,8 @@ background run's events for readers on other replicas (:class:`RedisMirror`,
 A run lives in the memory of the process that started it (:attr:`Engine.runs`); a cancel that
 lands on another replica is published, and every replica's listener cancels the run if it is
 one of its own.  :class:`LocalSignals` (one process) publishes nowhere; :class:`RedisSignals`
-uses a Redis pub/sub channel (``[redis] url``).  Delivery is at most once and only to
+uses a Redis pub/sub channel (``[redis] url``); the workers of ``serve --workers N`` without
+Redis use the machine's signal hub (:mod:`app.engine.machine_signals`).  Delivery is at most once and only to
 replicas listening at that moment: the caller confirms the effect in the store (the run's
 owner writes ``cancelled`` when its run ends) and a dead owner's run is found by its stale
 heartbeat (``run_lost``).  Redis unreachable is never a 500 or a cut stream: :meth:`cancel`

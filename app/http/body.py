@@ -99,6 +99,12 @@ def _has_long_number(raw: bytes) -> bool:
     return any(_LONG_NUMBER.search(raw, i, i + SCAN + 19) for i in range(0, len(raw), SCAN))
 
 
+def is_big(request: Request) -> bool:
+    """Whether ``request``'s JSON body was over :data:`BIG_BODY` bytes: parsed and validated in
+    a worker thread, and its route converts, checks and frees it off the event loop too."""
+    return isinstance(request, JSONBodyRequest) and request.release is not None
+
+
 class JSONBodyRequest(Request):
     body_field: Any = None  # the route's one (not embedded) body parameter, a FastAPI ModelField
     release: Callable[[], None] | None = None  # a large body's hold on full collections

@@ -26,6 +26,8 @@ Contract:
   ``grace`` seconds (0.5) so that they are back before it decides.  The per-minute windows
   start empty after a restart (a key may get up to one more minute's requests then).
 * The service exits when the process that started it (``parent``) is gone.
+* The same process serves the machine's signal hub (:mod:`app.engine.signal_hub`: cancels,
+  upstream cooldowns, background runs' live events) on a socket of its own, when given one.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable
 
 import orjson
 
+from app.engine import signal_hub
 from app.http.counters import Budget, CountersUnavailable, LocalCounters, RateLimited, _refusal, unlimited
 
 log = logging.getLogger("ocm_gateway")
@@ -138,11 +142,14 @@ def _text(value: object) -> str:
 
 
 async def serve(path: str, lease_seconds: float, parent: int | None = None, grace: float = 0.0,
-                ready: Callable[[], None] | None = None) -> None:
+                ready: Callable[[], None] | None = None, signals: str | None = None) -> None:
     """Serve the counters on ``path`` until cancelled or ``parent`` has exited; for the first
     ``grace`` seconds (a restart) admissions are answered "unavailable" while the workers,
-    which reconnect at once, re-register the slots they hold."""
+    which reconnect at once, re-register the slots they hold.  With ``signals``, the machine's
+    signal hub (:mod:`app.engine.signal_hub`) listens there too, first (the counters' socket
+    accepting means both are up)."""
     counters = LocalCounters(lease_seconds)
+    hub_server, hub = await signal_hub.listen(signals) if signals else (None, None)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a socket left by a service that was killed
     loop = asyncio.get_running_loop()
@@ -156,10 +163,16 @@ async def serve(path: str, lease_seconds: float, parent: int | None = None, grac
             if parent is not None and os.getppid() != parent:
                 break
             await asyncio.sleep(0.5)
+            if hub is not None:
+                hub.sweep(time.monotonic())
             if tick % 60 == 0:
                 counters.sweep(time.monotonic())
     finally:
         server.close()
+        if hub_server is not None and signals:
+            hub_server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(signals)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
@@ -206,9 +219,12 @@ class MachineCounters:
     """The :class:`~app.http.counters.Counters` of a worker: each counted request asks the
     machine's counter service (one round trip on a Unix socket; see the module docstring)."""
 
-    def __init__(self, path: str, *, timeout: float = 1.0) -> None:
+    def __init__(self, path: str, *, timeout: float = 1.0, lease_seconds: float = 900.0) -> None:
         self.path = path
         self.timeout = timeout
+        self.refresh = max(0.05, min(60.0, lease_seconds / 3))  # an open WebSocket's place, kept
+        self._sockets: dict[str, str] = {}  # lease -> who: WebSocket places held
+        self._refresher: asyncio.Task[None] | None = None
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
         self._held: dict[str, str] = {}  # lease -> who: slots this worker holds in the service
@@ -294,23 +310,58 @@ class MachineCounters:
             conn.send(["r", who, lease, tokens])
         # else: the service freed the slot when the connection closed; these tokens go uncharged
 
+    async def open_socket(self, who: str, cap: int) -> str | None:
+        """One of ``who``'s ``cap`` open WebSockets for the whole machine (``[limits]
+        max_websockets``): a concurrency slot of its own name (``ws`` + ``who``), held like a
+        generation's (freed when this worker's connection closes, taken back after a restart)
+        and refreshed while open, so it never expires under a long session.  Its lease, or None
+        when every place is taken; :class:`CountersUnavailable` when the service is."""
+        lease = uuid.uuid4().hex
+        name = f"ws {who}"
+        if await self.admit(name, Budget(None, None, cap), generation=True, lease=lease) is not None:
+            return None
+        self._sockets[lease] = name
+        if self._refresher is None:
+            self._refresher = asyncio.get_running_loop().create_task(self._keep_sockets())
+        return lease
+
+    def close_socket(self, lease: str) -> None:
+        name = self._sockets.pop(lease, None)
+        if name is not None:
+            self.release(name, lease, 0)
+
+    async def _keep_sockets(self) -> None:
+        try:
+            while self._sockets:
+                await asyncio.sleep(self.refresh)
+                conn = self._conn
+                if conn is not None and not conn.closed:
+                    for lease, name in self._sockets.items():
+                        conn.send(["h", name, lease])
+        finally:
+            self._refresher = None
+
     async def aclose(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
         self._drop()
 
 
-def from_environment() -> MachineCounters | None:
-    """The worker's counters when ``serve`` started the machine's counter service, else None."""
+def from_environment(lease_seconds: float = 900.0) -> MachineCounters | None:
+    """The worker's counters when ``serve`` started the machine's counter service, else None
+    (``lease_seconds``: the service's, ``[redis] lease_seconds``)."""
     path = os.environ.get(SOCKET_ENV)
-    return MachineCounters(path) if path else None
+    return MachineCounters(path, lease_seconds=lease_seconds) if path else None
 
 
 def main(argv: list[str]) -> int:
-    """``python -m app.http.machine_counters SOCKET LEASE_SECONDS PARENT_PID [GRACE]``."""
+    """``python -m app.http.machine_counters SOCKET LEASE_SECONDS PARENT_PID [GRACE [SIGNALS]]``."""
     path, lease_seconds, parent = argv[0], float(argv[1]), int(argv[2])
     grace = float(argv[3]) if len(argv) > 3 else 0.0
+    signals = argv[4] if len(argv) > 4 else None
     logging.basicConfig(level=logging.WARNING, format="ocm-gateway limits service: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(path, lease_seconds, parent, grace))
+        asyncio.run(serve(path, lease_seconds, parent, grace, signals=signals))
     return 0
 
 

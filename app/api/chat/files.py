@@ -17,11 +17,21 @@ from app.items.file_ids import ReadBudget, inline_part
 from schemas import chat as wire
 
 
+def file_parts(body: wire.ChatCompletionRequest) -> list[tuple[int, int]]:
+    """(message, part) of every file part of ``body``'s user messages."""
+    return [(i, j) for i, m in enumerate(body.messages) if isinstance(m, wire.UserMessage)
+            and isinstance(m.content, list)
+            for j, part in enumerate(m.content) if isinstance(part, wire.FileContentPart)]
+
+
+def has_file_parts(body: wire.ChatCompletionRequest) -> bool:
+    return any(isinstance(m, wire.UserMessage) and isinstance(m.content, list)
+               and any(isinstance(part, wire.FileContentPart) for part in m.content) for m in body.messages)
+
+
 async def read_files(body: wire.ChatCompletionRequest, request: Request) -> None:
     """Replace every file part of ``body``'s user messages by the text the model reads."""
-    found = [(i, j) for i, m in enumerate(body.messages) if isinstance(m, wire.UserMessage)
-             and isinstance(m.content, list)
-             for j, part in enumerate(m.content) if isinstance(part, wire.FileContentPart)]
+    found = file_parts(body)
     if not found:
         return
     service = getattr(request.app.state, "files", None)

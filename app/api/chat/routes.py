@@ -8,21 +8,23 @@ them), a non-streaming answer lists the choices by index.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.chat.encode import ChatEncoder, merge_choices, sum_usage, usage_dict
-from app.api.chat.files import read_files
+from app.api.chat.files import has_file_parts, read_files
 from app.api.chat.ingest import ChatIngest, ingest_chat
 from app.api.chat.stored import StoreHooks
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
+from app.core.shed import shed_later
 from app.engine.engine import Engine, Plan, RunRequest
 from app.engine.run import Json, Run
 from app.http.auth import check_model, principal
-from app.http.body import GatewayRoute
+from app.http.body import GatewayRoute, is_big
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
 from app.http.sse import data_event, json_line
@@ -30,6 +32,7 @@ from app.http.streaming import json_answer, jsonlines_response, sse_response
 from schemas.chat import ChatCompletionRequest
 
 router = APIRouter(route_class=GatewayRoute)
+BIG = 256  # messages: a longer conversation is converted (and freed) in a worker thread
 
 
 def check_n(engine: Engine, n: int) -> None:
@@ -39,11 +42,37 @@ def check_n(engine: Engine, n: int) -> None:
                              f"of its own); got {n}.", param="n", code="invalid_value")
 
 
+def _plain_ingest(body: ChatCompletionRequest) -> ChatIngest | None:
+    """``ingest_chat(body)``, or None when a message has file parts (read first, by
+    :func:`read_files`)."""
+    return None if has_file_parts(body) else ingest_chat(body)
+
+
+async def _ingest(body: ChatCompletionRequest, request: Request, big: bool) -> ChatIngest:
+    """File parts read, then the body converted; a big one (:data:`BIG` messages, or a body
+    over 1 MB) scanned and converted in a worker thread."""
+    ingest = await asyncio.to_thread(_plain_ingest, body) if big else None
+    if ingest is None:
+        await read_files(body, request)  # file parts -> text parts (app/api/chat/files.py)
+        ingest = await asyncio.to_thread(ingest_chat, body) if big else ingest_chat(body)
+    return ingest
+
+
 async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: bool = False) -> Response:
-    """The chat completion flow; ``jsonlines`` streams JSON lines instead of SSE (SageMaker)."""
+    """The chat completion flow; ``jsonlines`` streams JSON lines instead of SSE (SageMaker).
+    A big request is converted in a worker thread, and its conversation freed there."""
+    big = len(body.messages) > BIG or is_big(request)
+    ingest = await _ingest(body, request, big)
+    try:
+        return await _run(body, request, ingest, big, jsonlines)
+    finally:
+        if big:  # 100,000 messages dropped at once hold the GIL for tens of ms
+            shed_later(ingest.conversation.messages)
+
+
+async def _run(body: ChatCompletionRequest, request: Request, ingest: ChatIngest, big: bool,
+               jsonlines: bool) -> Response:
     engine: Engine = request.app.state.engine
-    await read_files(body, request)  # file parts -> text parts (app/api/chat/files.py)
-    ingest = ingest_chat(body)
     check_n(engine, ingest.params.n)
     check_model(request, ingest.model)
     if ingest.params.n > 1:
@@ -62,7 +91,7 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
     who = principal(request)
     hooks = None
     if body.store:
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        messages = await asyncio.to_thread(_dumped, body) if big else _dumped(body)
         hooks = StoreHooks(request.app.state.chat_store, messages, body.metadata or {}, who.tenant)
     starting = engine.start(
         RunRequest(ingest.model, ingest.conversation, ingest.params), encoder, run_id=response_id,
@@ -74,6 +103,10 @@ async def run_chat(body: ChatCompletionRequest, request: Request, *, jsonlines: 
     if jsonlines:
         return jsonlines_response(run, json_line)
     return sse_response(run, data_event, engine.registry.config.shutdown_grace_seconds)
+
+
+def _dumped(body: ChatCompletionRequest) -> list[Json]:
+    return [m.model_dump(exclude_none=True) for m in body.messages]
 
 
 async def _run_choices(engine: Engine, ingest: ChatIngest, request: Request, *,

@@ -370,11 +370,14 @@ def _constants(enc: HarmonyEncoding) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(start), tuple(enc.stop_tokens_for_assistant_actions())
 
 
-def min_prompt_tokens(conv: m.Conversation) -> int:
+def min_prompt_tokens(conv: m.Conversation, tools: bool = False) -> int:
     """Fewer tokens than :func:`render_harmony` gives for ``conv`` (every message's text is in
-    the prompt; :func:`~app.formats.harmony.text.min_tokens`), counted without encoding."""
-    return min_tokens_of(sum(len(p.text) for msg in conv.messages for p in msg.content
-                             if isinstance(p, m.TextPart)))
+    the prompt; :func:`~app.formats.harmony.text.min_tokens`), counted without encoding;
+    ``tools`` (they are rendered: ``tool_choice`` is not ``none``): function tools'
+    descriptions too, which openai-harmony encodes in one call (14 MB: ~20 s holding the GIL)."""
+    described = sum(len(t.description or "") for t in conv.tools if t.builtin is None) if tools else 0
+    return min_tokens_of(described + sum(len(p.text) for msg in conv.messages for p in msg.content
+                                         if isinstance(p, m.TextPart)))
 
 
 def render_harmony(conv: m.Conversation, params: m.GenerationParams,
