@@ -20,8 +20,12 @@ frequent words are the English stop words the keyword search drops (so keyword q
 common and rare words as real ones do); each file has 10 chunks and an attribute
 ``team`` of 10 values.  Each query is a vector near a random chunk's and 6 words of it (stop words included).
 Rankers: ``auto`` (hybrid: vector + keyword fused), ``none`` (vector only), ``keyword``;
-and ``auto`` with a filter keeping one team in ten.  Also reported: load time (SQLite: the
-vectors read back into memory, what a restart costs at the first search), insert time.
+``auto`` and ``none`` with a filter keeping one team in ten.  Also reported: recall@10 of the
+vector ranking (``none``, filtered and not) against the exact top 10 computed here with numpy
+(the index's approximation, 1.0 when exact), load time (SQLite: the vectors read back into
+memory, what a restart costs at the first search), insert time; with ``--tree`` on PostgreSQL,
+``open s``: the index's opening on its copy (its migration, and with an index that builds in
+the background — ``settled()`` — until that work is done).
 """
 
 from __future__ import annotations
@@ -89,19 +93,29 @@ async def fill(index: ChunkIndex, vectors: np.ndarray, texts: list[str]) -> floa
     return time.perf_counter() - start
 
 
+def exact_top(vectors: np.ndarray, vec: np.ndarray, keep: np.ndarray | None, k: int = 10) -> set[int]:
+    """The exact top ``k`` chunk numbers by cosine (``keep``: the rows a filter keeps)."""
+    scores = vectors @ (vec / np.linalg.norm(vec))
+    if keep is not None:
+        scores = np.where(keep, scores, -np.inf)
+    return {int(j) for j in np.argpartition(-scores, k)[:k]}
+
+
 async def measure(
     index: ChunkIndex, vectors: np.ndarray, texts: list[str], picks: np.ndarray, queries: int
 ) -> dict[str, tuple[float, float]]:
     rng = np.random.default_rng(11)
     team = parse({"type": "eq", "key": "team", "value": "t3"})
+    in_team = (np.arange(len(vectors)) // 10) % 10 == 3
     out: dict[str, tuple[float, float]] = {}
     for label, ranker, flt in [
         ("auto (hybrid)", "auto", None),
         ("none (vector)", "none", None),
         ("keyword", "keyword", None),
         ("auto + filter", "auto", team),
+        ("none + filter", "none", team),
     ]:
-        samples = []
+        samples, recall = [], []
         for q in range(queries):
             i = int(picks[q % len(picks)])
             vec = vectors[i] + 0.3 * rng.standard_normal(DIMS).astype(np.float32)
@@ -112,7 +126,13 @@ async def measure(
             hits = await index.search(query)
             samples.append(time.perf_counter() - start)
             assert hits or flt is not None or ranker == "keyword"
+            if ranker == "none":  # chunk number: file-<n> holds chunks 10n .. 10n + 9
+                got = {int(h.file_id.split("-")[1]) * 10 + h.chunk_index for h in hits}
+                want = exact_top(vectors, vec, in_team if flt is not None else None)
+                recall.append(len(got & want) / len(want))
         out[label] = (pct(samples, 0.5), pct(samples, 0.99))
+        if recall:
+            out[f"recall@10 {label}"] = (float(np.mean(recall)), float(np.min(recall)))
     return out
 
 
@@ -157,6 +177,8 @@ async def run_postgres(n: int, queries: int) -> dict[str, Any]:
         pool = await asyncpg.create_pool(url.replace("/postgres?", f"/{name}?"), min_size=1, max_size=4)
         index = await PostgresChunkIndex.create(pool)
         inserted = await fill(index, vectors, texts)
+        if hasattr(index, "settled"):  # the store's own graph, built in the background
+            await index.settled()
         await pool.execute("ANALYZE")
         result = await measure(index, vectors, texts, picks, queries)
         await pool.close()
@@ -189,8 +211,12 @@ def _measure_worker(backend: str, target: str, n: int, queries: int) -> None:
 
         pool = await asyncpg.create_pool(target, min_size=2, max_size=4)
         try:
+            start = time.perf_counter()
             index = await PostgresChunkIndex.create(pool)
-            return await measure(index, vectors, texts, picks, queries)
+            if hasattr(index, "settled"):  # its background work (graph builds) done first
+                await index.settled()
+            opened = time.perf_counter() - start
+            return {**await measure(index, vectors, texts, picks, queries), "open s": (opened, opened)}
         finally:
             await pool.close()
 
@@ -216,7 +242,10 @@ def _fill_worker(backend: str, target: str, n: int) -> None:
         from app.knowledge.postgres_index import PostgresChunkIndex
 
         pool = await asyncpg.create_pool(target, min_size=1, max_size=4)
-        await fill(await PostgresChunkIndex.create(pool), vectors, texts)
+        index = await PostgresChunkIndex.create(pool)
+        await fill(index, vectors, texts)
+        if hasattr(index, "settled"):
+            await index.settled()
         await pool.execute("ANALYZE")
         await pool.close()
 
@@ -291,8 +320,9 @@ def compare_trees(trees: dict[str, str], sizes: list[int], queries: int, rounds:
             for label in labels:
                 p50 = [statistics.median(o[label][0] for o in results[(backend, n, t)]) for t in trees]
                 p99 = [statistics.median(o[label][1] for o in results[(backend, n, t)]) for t in trees]
-                print(f"| {backend} | {n:,} | {label} | " + " | ".join(f"{v:.1f}" for v in p50) + " | "
-                      + " | ".join(f"{v:.1f}" for v in p99) + " |")
+                digits = 3 if label.startswith("recall") else 1  # recall: mean and worst query
+                print(f"| {backend} | {n:,} | {label} | " + " | ".join(f"{v:.{digits}f}" for v in p50) + " | "
+                      + " | ".join(f"{v:.{digits}f}" for v in p99) + " |")
 
 
 def main() -> None:
@@ -332,7 +362,8 @@ def main() -> None:
     for name, n, result in rows:
         for label, value in result.items():
             if isinstance(value, tuple):
-                print(f"| {name} | {n:,} | {label} | {value[0]:.1f} | {value[1]:.1f} |")
+                digits = 3 if label.startswith("recall") else 1  # recall: mean and worst query
+                print(f"| {name} | {n:,} | {label} | {value[0]:.{digits}f} | {value[1]:.{digits}f} |")
     print("\n| store | chunks | insert s | first search after a restart s |\n|---|---|---|---|")
     for name, n, result in rows:
         print(f"| {name} | {n:,} | {result['insert_s']:.1f} | {result['load_s']:.2f} |")

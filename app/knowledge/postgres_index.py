@@ -7,15 +7,14 @@ index, English stemming) for the keyword ranking.
   tables.  A server without pgvector is :class:`PgvectorMissing` (503, not retried) naming
   pgvector and how to get it; the rest of the gateway's PostgreSQL stores need no extension.
 * **Any embedding model's dimension**: ``embedding`` is an unsized ``vector`` column with the
-  row's ``dims`` beside it; an HNSW index per dimension is created the first time a chunk of
-  that dimension is added — a partial expression index, ``((embedding::vector(N))
-  vector_cosine_ops) WHERE dims = N`` (``halfvec(N)`` for 2,000 < N <= 4,000; above, no index:
-  exact scans).  A vector store holds vectors of one dimension.
-* **Exact when small, HNSW when large**: a search over at most :data:`EXACT_ROWS` chunks
-  (per-store counts kept in ``vector_store_chunk_counts``) scores them all (exact); above, it
-  walks the HNSW index with pgvector's iterative scan (0.8+: the scan goes on until enough
-  rows pass the stores and the filter) and, if that still finds fewer than it asked for,
-  falls back to the exact scan, so filters never lose results to the index.
+  row's ``dims`` beside it.  A vector store holds vectors of one dimension.
+* **Vectors** (:mod:`app.knowledge.postgres_vectors`): exact when a store is small (per-store
+  counts kept in ``vector_store_chunk_counts``); above, the store's own partial HNSW graph,
+  built ``CONCURRENTLY`` in the background by the write that made it large (its build and the
+  sweep of graphs to build or drop, :func:`~app.knowledge.postgres_vectors.reconcile`, are tasks
+  of the index; :meth:`PostgresChunkIndex.settled` waits for them); a filter counted first on a
+  narrow per-file table, then scored exactly over the files it keeps or walked with pgvector's
+  iterative scan, falling back to the exact scan, so filters never lose results to the index.
 * **Keyword** (:mod:`app.knowledge.postgres_keywords`): the query's words, those in a large
   share of the chunks left out (:func:`app.knowledge.keywords.selective`), ranked by the sum
   over the words a chunk holds of their BM25 idf times ``ts_rank`` (``ts_rank`` alone has no
@@ -24,13 +23,15 @@ index, English stemming) for the keyword ranking.
   vector store (another tenant's chunks move neither a score nor the search's work), filters
   checked on its copy of the attributes.  The vector and the keyword rankings run at once, on
   two connections.  The wide rows keep the English ``tsv`` the narrow table is built from.
-* Filters are :func:`app.knowledge.filters.postgres_where` over the ``attributes`` jsonb.
+* Filters are :func:`app.knowledge.filters.postgres_where` over the ``attributes`` jsonb (of the
+  chunks, of the per-file table, of the keyword table: the same expression).
   Failures of the server are 503 ``store_unavailable`` (:func:`app.stores.postgres.guard`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,14 +39,13 @@ import asyncpg
 import orjson
 
 from app.core.errors import GatewayError
-from app.knowledge import postgres_keywords, ranking
-from app.knowledge.filters import postgres_where
+from app.knowledge import postgres_keywords, postgres_vectors, ranking
 from app.knowledge.matrix import as_unit
 from app.knowledge.vectors import Attributes, Chunk, Hit, Query
 from app.stores.postgres import guard
 
-EXACT_ROWS = 10_000
-_LOCK = 0x6F636D + 36  # the index's migration and its per-dimension indexes, one replica at a time
+log = logging.getLogger(__name__)
+_LOCK = 0x6F636D + 36  # the index's migration, one replica at a time
 _TABLES = """
 CREATE TABLE IF NOT EXISTS vector_store_chunks (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -98,19 +98,6 @@ def _rows(store: str, chunks: Sequence[Chunk]) -> tuple[int, list[tuple[Any, ...
                    dims, _vector_text(v)) for c, v in zip(chunks, vectors.tolist(), strict=True)]
 
 
-def _where(query: Query, first: int) -> tuple[str, list[Any]]:
-    return ("TRUE", []) if query.filters is None else postgres_where(query.filters, "attributes", first)
-
-
-def _cast(dims: int) -> str | None:
-    """The sized type an HNSW index of this dimension is built on (``None``: too large)."""
-    if dims <= 2000:
-        return f"vector({dims})"
-    if dims <= 4000:
-        return f"halfvec({dims})"
-    return None
-
-
 async def migrate_index(pool: asyncpg.Pool) -> bool:
     """The extension and the tables; whether pgvector's iterative index scans are there."""
     async with guard(), pool.acquire() as conn, conn.transaction():
@@ -125,6 +112,7 @@ async def migrate_index(pool: asyncpg.Pool) -> bool:
                     f"file_search need ({type(exc).__name__}: {exc}). {INSTALL_HINT}") from None
         await conn.execute(_TABLES)
         await postgres_keywords.migrate(conn)
+        await postgres_vectors.migrate(conn)
         version = str(await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
     major, minor = (int(p) for p in [*version.split("."), "0"][:2])
     return (major, minor) >= (0, 8)
@@ -135,23 +123,34 @@ class PostgresChunkIndex:
 
     def __init__(self, pool: asyncpg.Pool, *, iterative: bool = True, owns_pool: bool = False) -> None:
         self._pool, self._iterative, self._owns = pool, iterative, owns_pool
-        self._indexed: set[int] = set()
+        self._graphs: set[str] = set()  # stores whose graph this process has seen to (built or building)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._graph_work = asyncio.Lock()  # this process's graph builds and drops, one at a time
 
     @classmethod
     async def create(cls, pool: asyncpg.Pool, *, owns_pool: bool = False) -> PostgresChunkIndex:
-        return cls(pool, iterative=await migrate_index(pool), owns_pool=owns_pool)
+        index = cls(pool, iterative=await migrate_index(pool), owns_pool=owns_pool)
+        index._background(postgres_vectors.reconcile(pool), "reconciling the vector stores' HNSW indexes")
+        return index
 
-    async def _ensure_hnsw(self, dims: int) -> None:
-        cast = _cast(dims)
-        if cast is None or dims in self._indexed:
-            return
-        ops = "vector_cosine_ops" if cast.startswith("vector") else "halfvec_cosine_ops"
-        async with guard(), self._pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
-            await conn.execute(f"CREATE INDEX IF NOT EXISTS vector_store_chunks_hnsw_{dims} ON "
-                               f"vector_store_chunks USING hnsw ((embedding::{cast}) {ops}) "
-                               f"WHERE dims = {dims}")
-        self._indexed.add(dims)
+    def _background(self, work: Any, what: str) -> None:
+        async def run() -> None:
+            try:
+                async with self._graph_work, guard():
+                    await work
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # logged: the searches stay exact until it is done again
+                log.warning("vector stores: %s failed: %s", what, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settled(self) -> None:
+        """Wait for the index's background work (graph builds and drops) to finish."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def add(self, chunks: Sequence[Chunk]) -> None:
         by_store: dict[str, list[Chunk]] = {}
@@ -159,7 +158,6 @@ class PostgresChunkIndex:
             by_store.setdefault(chunk.vector_store_id, []).append(chunk)
         for store, group in by_store.items():
             dims, rows = await asyncio.to_thread(_rows, store, group)  # CPU work off the event loop
-            await self._ensure_hnsw(dims)
             files = sorted({c.file_id for c in group})
             async with guard(), self._pool.acquire() as conn, conn.transaction():
                 have = await conn.fetchrow("SELECT dims, n FROM vector_store_chunk_counts WHERE "
@@ -176,10 +174,15 @@ class PostgresChunkIndex:
                     "attributes, dims, embedding) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::vector)",
                     rows)
                 await postgres_keywords.index_files(conn, store, files)
-                await conn.execute(
+                await postgres_vectors.refresh_files(conn, store, files)
+                total = await conn.fetchval(
                     "INSERT INTO vector_store_chunk_counts VALUES ($1, $2, $3) ON CONFLICT (vector_store_id) "
-                    "DO UPDATE SET dims = excluded.dims, n = vector_store_chunk_counts.n + excluded.n",
-                    store, dims, len(rows) - removed)
+                    "DO UPDATE SET dims = excluded.dims, n = vector_store_chunk_counts.n + excluded.n "
+                    "RETURNING n", store, dims, len(rows) - removed)
+            if int(total) > postgres_vectors.EXACT_ROWS and store not in self._graphs:
+                self._graphs.add(store)  # the store's own graph, built off the request path
+                self._background(postgres_vectors.build(self._pool, store, dims),
+                                 f"building the HNSW index of {store}")
 
     async def remove_file(self, vector_store_id: str, file_id: str) -> None:
         async with guard(), self._pool.acquire() as conn, conn.transaction():
@@ -191,12 +194,18 @@ class PostgresChunkIndex:
                 "RETURNING 1) SELECT count(*) FROM d", vector_store_id, file_id)
             await conn.execute("UPDATE vector_store_chunk_counts SET n = n - $2 WHERE vector_store_id = $1",
                                vector_store_id, removed)
+            await postgres_vectors.refresh_files(conn, vector_store_id, [file_id])
 
     async def drop_store(self, vector_store_id: str) -> None:
         async with guard(), self._pool.acquire() as conn, conn.transaction():
             for table in ("vector_store_chunk_counts", "vector_store_chunks"):
                 await conn.execute(f"DELETE FROM {table} WHERE vector_store_id = $1", vector_store_id)
             await postgres_keywords.drop_store(conn, vector_store_id)
+            await postgres_vectors.drop_store(conn, vector_store_id)
+        self._graphs.discard(vector_store_id)
+        graph = postgres_vectors.index_name(vector_store_id)
+        self._background(postgres_vectors.drop_graph(self._pool, graph),
+                         f"dropping the HNSW index of {vector_store_id}")
 
     async def set_attributes(self, vector_store_id: str, file_id: str, attributes: Attributes) -> None:
         text = orjson.dumps(dict(attributes)).decode()
@@ -204,6 +213,7 @@ class PostgresChunkIndex:
             await conn.execute("UPDATE vector_store_chunks SET attributes = $3::jsonb "
                                "WHERE vector_store_id = $1 AND file_id = $2", vector_store_id, file_id, text)
             await postgres_keywords.set_attributes(conn, vector_store_id, file_id, text)
+            await postgres_vectors.refresh_files(conn, vector_store_id, [file_id])
 
     async def chunks(self, vector_store_id: str, file_id: str) -> list[str]:
         async with guard(), self._pool.acquire() as conn:
@@ -211,42 +221,16 @@ class PostgresChunkIndex:
                                     "file_id = $2 ORDER BY chunk_index", vector_store_id, file_id)
         return [str(r["text"]) for r in rows]
 
-    async def _vector(self, conn: Any, query: Query, stores: list[str], limit: int,
-                      ) -> list[tuple[int, float]]:
-        assert query.vector is not None
-        unit = as_unit([list(query.vector)])[0]
-        dims, text = len(unit), _vector_text(unit.tolist())
-        total = int(await conn.fetchval("SELECT COALESCE(sum(n), 0) FROM vector_store_chunk_counts WHERE "
-                                        "vector_store_id = ANY($1::text[]) AND dims = $2", stores, dims))
-        if total == 0:
-            return []
-        where, args = _where(query, 4)
-        cast = _cast(dims)
-        rows = None
-        if total > EXACT_ROWS and cast is not None:  # dims is an int: inlined for the partial index
-            async with conn.transaction():
-                iterative = "; SET LOCAL hnsw.iterative_scan = strict_order" if self._iterative else ""
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 64), 1000)}{iterative}")
-                rows = await conn.fetch(
-                    f"SELECT id, 1 - (embedding::{cast} <=> $1::{cast}) FROM vector_store_chunks "
-                    f"WHERE dims = {dims} AND vector_store_id = ANY($2::text[]) AND {where} "
-                    f"ORDER BY embedding::{cast} <=> $1::{cast} LIMIT $3", text, stores, limit, *args)
-            if len(rows) < min(limit, total):
-                rows = None  # the index walk found too few rows passing the filter: score them all
-        if rows is None:
-            rows = await conn.fetch(
-                f"SELECT id, 1 - (embedding <=> $1::vector) FROM vector_store_chunks WHERE dims = {dims} "
-                f"AND vector_store_id = ANY($2::text[]) AND {where} ORDER BY embedding <=> $1::vector "
-                "LIMIT $3", text, stores, limit, *args)
-        return [(int(r[0]), float(r[1])) for r in rows]
-
     async def _keyword(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
         async with guard(), self._pool.acquire() as conn:
             return await postgres_keywords.rank(conn, query.text, stores, limit, query.filters)
 
     async def _vectors(self, query: Query, stores: list[str], limit: int) -> list[tuple[int, float]]:
+        assert query.vector is not None
+        unit = as_unit([list(query.vector)])[0]
         async with guard(), self._pool.acquire() as conn:
-            return await self._vector(conn, query, stores, limit)
+            return await postgres_vectors.rank(conn, _vector_text(unit.tolist()), len(unit), stores, limit,
+                                               query.filters, iterative=self._iterative)
 
     async def search(self, query: Query) -> list[Hit]:
         if not query.vector_store_ids or query.max_num_results <= 0:
@@ -274,6 +258,9 @@ class PostgresChunkIndex:
                 for i, score in ranked if (r := found.get(i)) is not None]
 
     async def close(self) -> None:
+        for task in list(self._tasks):  # a build cut short is left invalid: rebuilt at the next open
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self._owns:
             await self._pool.close()
 

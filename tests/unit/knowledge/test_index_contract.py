@@ -20,7 +20,7 @@ import aiosqlite
 import asyncpg
 import pytest
 
-from app.knowledge import keywords, postgres_index
+from app.knowledge import keywords, postgres_index, postgres_vectors
 from app.knowledge.filters import parse
 from app.knowledge.postgres_index import PostgresChunkIndex
 from app.knowledge.sqlite_index import SqliteChunkIndex
@@ -182,8 +182,11 @@ async def test_filters_exact_with_top_k(
     for ranker in ("none", "auto", "keyword"):
         hits = await index.search(query("cats purr", ["vs_a"], max_num_results=3, filters=flt, ranker=ranker))
         assert sorted(h.text for h in hits) == sorted(want) or (ranker == "keyword" and hits == [])
-    if opened.kind == "postgres":  # the same through the HNSW index (iterative scan, then exact)
-        monkeypatch.setattr(postgres_index, "EXACT_ROWS", 10)
+    if opened.kind == "postgres":  # the same through the store's HNSW index (iterative scan, then exact)
+        monkeypatch.setattr(postgres_vectors, "EXACT_ROWS", 10)
+        monkeypatch.setattr(postgres_vectors, "FILTER_EXACT_ROWS", 0)
+        assert opened.pool is not None
+        assert await postgres_vectors.build(opened.pool, "vs_a", len(EMBED.vector("cats")))
         hits = await index.search(query("cats purr", ["vs_a"], max_num_results=3, filters=flt, ranker="none"))
         assert sorted(h.text for h in hits) == sorted(want)
         unfiltered = await index.search(
