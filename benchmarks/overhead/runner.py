@@ -9,7 +9,8 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -22,6 +23,33 @@ from benchmarks.overhead.sweep import sweep
 from benchmarks.overhead.targets import HARMONY_PROMPT, UPSTREAM_COUNTERS, Phase, Target
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Events:
+    """How an answer of an API of typed events is checked: what marks it ended (streamed, whole;
+    ``unended`` names its absence), the type of a stream's last event, and the answer's text from
+    a streamed event and from a whole body."""
+
+    streamed_end: bytes
+    whole_end: bytes
+    unended: str
+    last: str
+    delta: Callable[[Any], str]
+    text: Callable[[Any], str]
+
+
+_EVENTS = {
+    "responses": _Events(
+        b"event: response.completed", b'"status":"completed"', "not completed", "response.completed",
+        lambda e: e["delta"] if e["type"] == "response.output_text.delta" else "",
+        lambda r: "".join(part["text"] for item in r["output"] if item["type"] == "message"
+                          for part in item["content"])),
+    "messages": _Events(
+        b"event: message_stop", b'"stop_reason":"end_turn"', "not ended", "message_stop",
+        lambda e: e["delta"].get("text", "") if e["type"] == "content_block_delta" else "",
+        lambda m: "".join(block.get("text", "") for block in m["content"] if block["type"] == "text")),
+}
 
 
 class Runner:
@@ -93,10 +121,8 @@ class Runner:
             return f"HTTP {status}: {body[:300]!r}"
         if target.server == "llamacpp":
             return self.check_completion(body, full)
-        if target.api == "responses":
-            return self.check_response(target, body, full)
-        if target.api == "messages":
-            return self.check_message(target, body, full)
+        if target.api in _EVENTS:
+            return self.check_events(_EVENTS[target.api], target, body, full)
         if not full:  # cheap: enough to catch a wrong or truncated answer under load
             if target.stream:
                 return None if body.endswith(b"data: [DONE]\n\n") else f"stream not ended: {body[-200:]!r}"
@@ -110,46 +136,29 @@ class Runner:
                 content = orjson.loads(body)["choices"][0]["message"]["content"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             return f"unparsable answer ({exc}): {body[:300]!r}"
-        return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"
+        return self.same(content)
 
-    def check_response(self, target: Target, body: bytes, full: bool) -> str | None:
-        """``/v1/responses``: the answer as output text, and (streamed) one ``response.completed``."""
+    def check_events(self, api: _Events, target: Target, body: bytes, full: bool) -> str | None:
+        """``/v1/responses`` and ``/v1/messages``: the answer's text, and (streamed) the API's
+        last event."""
         if not full:
-            ended = b"event: response.completed" in body if target.stream else b'"status":"completed"' in body
+            ended = api.streamed_end in body if target.stream else api.whole_end in body
             ok = ended and (target.stream or self.answer_json in body)
-            return None if ok else f"not completed: {body[-300:]!r}"
+            return None if ok else f"{api.unended}: {body[-300:]!r}"
         try:
             if target.stream:
                 events = [orjson.loads(line[6:]) for line in body.split(b"\n")
                           if line.startswith(b"data: ") and line != b"data: [DONE]"]
-                content = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-                if [e["type"] for e in events][-1:] != ["response.completed"]:
-                    return f"stream not completed: {body[-200:]!r}"
+                content = "".join(api.delta(e) for e in events)
+                if [e["type"] for e in events][-1:] != [api.last]:
+                    return f"stream {api.unended}: {body[-200:]!r}"
             else:
-                content = "".join(part["text"] for item in orjson.loads(body)["output"]
-                                  if item["type"] == "message" for part in item["content"])
+                content = api.text(orjson.loads(body))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
             return f"unparsable answer ({exc}): {body[:300]!r}"
-        return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"
+        return self.same(content)
 
-    def check_message(self, target: Target, body: bytes, full: bool) -> str | None:
-        """``/v1/messages``: the answer as text blocks, and (streamed) one ``message_stop``."""
-        if not full:
-            ended = b"event: message_stop" in body if target.stream else b'"stop_reason":"end_turn"' in body
-            ok = ended and (target.stream or self.answer_json in body)
-            return None if ok else f"not ended: {body[-300:]!r}"
-        try:
-            if target.stream:
-                events = [orjson.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
-                content = "".join(e["delta"].get("text", "") for e in events
-                                  if e["type"] == "content_block_delta")
-                if [e["type"] for e in events][-1:] != ["message_stop"]:
-                    return f"stream not ended: {body[-200:]!r}"
-            else:
-                content = "".join(block.get("text", "") for block in orjson.loads(body)["content"]
-                                  if block["type"] == "text")
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            return f"unparsable answer ({exc}): {body[:300]!r}"
+    def same(self, content: str) -> str | None:
         return None if content == self.answer else f"content {content[:100]!r} != {self.answer[:100]!r}"
 
     def check_completion(self, body: bytes, full: bool) -> str | None:

@@ -1,9 +1,9 @@
 """A transparent TCP proxy on loopback that keeps a copy of what clients send: put it between
 a real client (Claude Code) and the gateway to see the HTTP requests the gateway received,
 byte for byte, while every answer (SSE streams included) passes through untouched (the
-splice of :mod:`tests.support.rr_proxy`).
+splice of :mod:`tests.support.rr_proxy`, a :class:`~tests.support.rr_proxy.Tap` per connection).
 
-:func:`recording_proxy` runs it in a thread and yields a :class:`Recording`; its
+:func:`recording_proxy` runs it in a thread of its own and yields a :class:`Recording`; its
 :meth:`Recording.requests` parses the bytes each connection sent into HTTP/1.1 requests
 (``Content-Length`` or chunked bodies, ``gzip`` request bodies opened).
 """
@@ -15,11 +15,11 @@ import contextlib
 import gzip
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.rr_proxy import splice
+from tests.support.rr_proxy import Tap, in_a_thread, splice
 
 
 @dataclass(frozen=True)
@@ -70,23 +70,28 @@ def parse_requests(data: bytes) -> list[RecordedRequest]:
     return out
 
 
+class _Copy(Tap):
+    def __init__(self, lock: threading.Lock) -> None:
+        self.sent_bytes = bytearray()
+        self._lock = lock
+
+    async def sent(self, data: bytes) -> None:
+        with self._lock:
+            self.sent_bytes.extend(data)
+
+
 @dataclass
 class Recording:
     url: str
     _connections: list[bytearray] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def connection(self) -> Callable[[bytes], None]:
-        """A new connection's copy: the callback that appends what its client sends."""
-        copy = bytearray()
+    def connection(self) -> Tap:
+        """A new connection's copy: the tap that appends what its client sends."""
+        copy = _Copy(self._lock)
         with self._lock:
-            self._connections.append(copy)
-
-        def sent(data: bytes) -> None:
-            with self._lock:
-                copy.extend(data)
-
-        return sent
+            self._connections.append(copy.sent_bytes)
+        return copy
 
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
@@ -99,29 +104,11 @@ def recording_proxy(upstream: str) -> Iterator[Recording]:
     """Listen on a loopback port and forward every connection to ``upstream``
     (``http://127.0.0.1:PORT``); yields the recording, whose ``url`` is the proxy's."""
     host, port = upstream.removeprefix("http://").rstrip("/").rsplit(":", 1)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
     recording = Recording("")
-    state: dict[str, Any] = {}
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         await splice(client_r, client_w, host, int(port), recording.connection)
 
-    async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        state["server"] = server
-        recording.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        started.set()
-        async with server:
-            with contextlib.suppress(asyncio.CancelledError):
-                await server.serve_forever()
-
-    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the recording proxy did not start")
-    try:
+    with in_a_thread(handle, "the recording proxy") as url:
+        recording.url = url
         yield recording
-    finally:
-        loop.call_soon_threadsafe(state["server"].close)
-        thread.join(10)

@@ -6,7 +6,9 @@ connection: a ``POST /completion`` counts as in flight from the moment its reque
 forwarded until the last byte of its response (chunked or ``Content-Length``) is forwarded
 back, or the connection closes.  ``peak`` is the most in flight at one instant, ``sent`` how
 many were forwarded in all.  ``hold`` seconds are waited before forwarding each completion's
-response, so that concurrent generations of a tiny model overlap for certain.
+response, so that concurrent generations of a tiny model overlap for certain.  The proxy is
+:mod:`tests.support.rr_proxy`'s splice, run in a thread of its own, with a tap per connection
+that reads both directions message by message.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+
+from tests.support.rr_proxy import Tap, in_a_thread, splice
 
 COMPLETION = "/completion"
 
@@ -97,76 +100,65 @@ class _Body:
                 self.left = size + 2  # the data and its CRLF
 
 
-async def _connection(proxy: SlotProxy, client_r: asyncio.StreamReader,
-                      client_w: asyncio.StreamWriter) -> None:
-    try:
-        up_r, up_w = await asyncio.open_connection(*proxy.upstream)
-    except OSError:
-        client_w.close()
-        return
-    paths: collections.deque[str] = collections.deque()  # requests forwarded, not yet answered
-    open_completions = [0]
+class _Messages:
+    """One direction of a connection, message by message: :meth:`feed` takes the bytes as they
+    pass and yields the start line of each message head it completes, and ``None`` at the end of
+    each message's body."""
 
-    async def requests() -> None:
-        buf, body = bytearray(), None
-        while data := await client_r.read(65536):
-            up_w.write(data)
-            buf += data
-            while True:
-                if body is None:
-                    head = _head(buf)
-                    if head is None:
-                        break
-                    path = head[0].split(" ")[1] if " " in head[0] else ""
-                    paths.append(path)
-                    if path == COMPLETION:
-                        open_completions[0] += 1
-                        proxy._started()
-                    body = _Body(head[1])
-                body.feed(buf)
-                if not body.done:
-                    break
-                body = None
-            await up_w.drain()
-        up_w.close()  # the client left: so does the upstream connection (llama.cpp stops)
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._body: _Body | None = None
 
-    async def responses() -> None:
-        buf, body, path = bytearray(), None, ""
-        while data := await up_r.read(65536):
-            out = bytes(data)
-            buf += data
-            while True:
-                if body is None:
-                    head = _head(buf)
-                    if head is None:
-                        break
-                    path = paths.popleft() if paths else ""
-                    if path == COMPLETION and proxy.hold:
-                        await asyncio.sleep(proxy.hold)
-                    body = _Body(head[1])
-                body.feed(buf)
-                if not body.done:
-                    break
+    def feed(self, data: bytes) -> Iterator[str | None]:
+        self._buf += data
+        while True:
+            if self._body is None:
+                head = _head(self._buf)
+                if head is None:
+                    return
+                yield head[0]
+                self._body = _Body(head[1])
+            self._body.feed(self._buf)
+            if not self._body.done:
+                return
+            self._body = None
+            yield None
+
+
+class _Counted(Tap):
+    """One connection's completions, counted in flight from the request head to the end of the
+    answer (held ``hold`` seconds first), or until the connection closes."""
+
+    def __init__(self, proxy: SlotProxy) -> None:
+        self.proxy = proxy
+        self.requests, self.responses = _Messages(), _Messages()
+        self.paths: collections.deque[str] = collections.deque()  # forwarded, not yet answered
+        self.answering = ""  # the path of the request whose answer is passing
+        self.open = 0
+
+    async def sent(self, data: bytes) -> None:
+        for start in self.requests.feed(data):
+            if start is not None:
+                path = start.split(" ")[1] if " " in start else ""
+                self.paths.append(path)
                 if path == COMPLETION:
-                    client_w.write(out)  # the whole answer reaches the client before it counts
-                    out = b""
-                    open_completions[0] -= 1
-                    proxy._ended()
-                body = None
-            client_w.write(out)
-            await client_w.drain()
-        client_w.close()
+                    self.open += 1
+                    self.proxy._started()
 
-    try:
-        await asyncio.gather(requests(), responses())
-    except (ConnectionError, OSError, ValueError):
-        pass
-    finally:
-        for _ in range(open_completions[0]):
-            proxy._ended()
-        for writer in (client_w, up_w):
-            with contextlib.suppress(Exception):
-                writer.close()
+    async def received(self, data: bytes) -> None:
+        for start in self.responses.feed(data):
+            if start is not None:
+                self.answering = self.paths.popleft() if self.paths else ""
+                if self.answering == COMPLETION and self.proxy.hold:
+                    await asyncio.sleep(self.proxy.hold)
+            elif self.answering == COMPLETION:  # its last piece is passed on next
+                self.open -= 1
+                self.proxy._ended()
+
+    def closed(self) -> None:
+        for _ in range(self.open):
+            self.proxy._ended()
+        self.open = 0
 
 
 @contextlib.contextmanager
@@ -174,25 +166,10 @@ def slot_proxy(upstream: str, hold: float = 0.0) -> Iterator[SlotProxy]:
     """Run the proxy in a thread of its own; yields it (``url`` is the proxy's base URL)."""
     proxy = SlotProxy(hold=hold)
     proxy.retarget(upstream)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    state: dict[str, Any] = {}
 
-    async def main() -> None:
-        server = await asyncio.start_server(lambda r, w: _connection(proxy, r, w), "127.0.0.1", 0)
-        state["server"] = server
-        proxy.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        started.set()
-        async with server:
-            with contextlib.suppress(asyncio.CancelledError):
-                await server.serve_forever()
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        await splice(client_r, client_w, *proxy.upstream, lambda: _Counted(proxy))
 
-    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the slot proxy did not start")
-    try:
+    with in_a_thread(handle, "the slot proxy") as url:
+        proxy.url = url
         yield proxy
-    finally:
-        loop.call_soon_threadsafe(state["server"].close)
-        thread.join(10)

@@ -27,6 +27,9 @@ already listed in the context is not listed again in the output.
 Approval: ``require_approval`` (default ``always``, as OpenAI) decides per tool whether a call
 is run or returned as an ``mcp_approval_request``; an ``mcp_approval_response`` in the input
 that approves one which has not run yet makes it the first thing the next response runs.
+
+What the tools need of the context (approvals, servers listed, earlier searches) comes read in
+one pass (:class:`~app.api.responses.hosted_context.HostedContext`): nothing here walks it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.api.responses.hosted_context import HostedContext
 from app.api.responses.tools import RequestTools, WireTool
 from app.config import ToolSettings
 from app.core.conversation import ToolCall
@@ -96,7 +100,7 @@ class Hosted:
 
 
 def _web(param: Json, search: SearchProvider, settings: ToolSettings,
-         context: Sequence[Json]) -> WebSearchToolbox:
+         earlier: HostedContext) -> WebSearchToolbox:
     filters = param.get("filters")
     domains = filters.get("allowed_domains") if isinstance(filters, dict) else None
     if domains is not None and (not isinstance(domains, list) or not all(isinstance(d, str) for d in domains)
@@ -111,11 +115,11 @@ def _web(param: Json, search: SearchProvider, settings: ToolSettings,
         raise InvalidRequest("external_web_access is false, and this gateway's search provider is the "
                              "live web.", param="tools.external_web_access")
     return WebSearchToolbox(search, web.RESULTS[size], tuple(domains or ()), settings.max_output_chars,
-                            Browser(earlier_cursors(context)))  # cursors go on after the earlier ones
+                            Browser(earlier_cursors(earlier.web_calls)))  # cursors go on after those
 
 
 def _files(param: Json, where: str, knowledge: VectorSearch, owner: str, settings: ToolSettings,
-           context: Sequence[Json]) -> FileSearchToolbox:
+           earlier: HostedContext) -> FileSearchToolbox:
     ids = param.get("vector_store_ids")
     if ids is None:
         raise InvalidRequest("file_search needs vector_store_ids.", param=f"{where}.vector_store_ids",
@@ -133,7 +137,7 @@ def _files(param: Json, where: str, knowledge: VectorSearch, owner: str, setting
         parse_filters(filters, f"{where}.filters")
     parse_ranking_options(ranking, f"{where}.ranking_options")
     return FileSearchToolbox(knowledge, owner, tuple(dict.fromkeys(ids)), limit, filters, ranking,
-                             settings.max_output_chars, file_search.earlier_displays(context))
+                             settings.max_output_chars, file_search.earlier_displays(earlier.file_calls))
 
 
 def _where(tools: RequestTools) -> str:
@@ -192,25 +196,16 @@ def _server(t: wire.McpToolParam, settings: ToolSettings, where: str) -> McpServ
                      allowed_urls)
 
 
-def _listed_before(context: Sequence[Json]) -> set[str]:
-    return {str(item.get("server_label")) for item in context
-            if item.get("type") == "mcp_list_tools" and not item.get("error")}
-
-
-def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolCall, str], ...]:
+def _approved(earlier: HostedContext, toolbox: McpToolbox) -> tuple[tuple[ToolCall, str], ...]:
     """Approval requests in the context that the input approves and that have not run yet."""
-    requests = {str(i["id"]): i for i in context if i.get("type") == "mcp_approval_request"}
-    ran = {str(i.get("approval_request_id")) for i in context if i.get("type") == "mcp_call"}
     out: list[tuple[ToolCall, str]] = []
-    for i, item in enumerate(context):
-        if item.get("type") != "mcp_approval_response" or not item.get("approve"):
-            continue
+    for i, item in earlier.approvals:
         rid = str(item["approval_request_id"])
-        req = requests.get(rid)
+        req = earlier.requests.get(rid)
         if req is None:
             raise InvalidRequest(f"No mcp_approval_request {rid!r} precedes this approval.",
                                  param=f"input[{i}].approval_request_id")
-        if rid in ran:
+        if rid in earlier.ran:
             continue
         name = model_name(str(req["server_label"]), str(req["name"]))
         if not toolbox.owns(name):
@@ -221,14 +216,14 @@ def _approved(context: Sequence[Json], toolbox: McpToolbox) -> tuple[tuple[ToolC
 
 
 def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider | None,
-           sandbox: Sandbox | None, context: Sequence[Json], knowledge: VectorSearch | None = None,
+           sandbox: Sandbox | None, earlier: HostedContext, knowledge: VectorSearch | None = None,
            owner: str = "") -> tuple[list[Toolbox], dict[str, WireTool], Hosted]:
     """The hosted tools that need no connection: web search, the code interpreter and file
     search (and a :class:`Hosted` holding what the encoder needs of them)."""
     boxes: list[Toolbox] = []
     seen = Hosted(Toolboxes([]))
     wires: dict[str, WireTool] = {}
-    searching = _web(tools.web_search, search, settings, context) if tools.web_search and search else None
+    searching = _web(tools.web_search, search, settings, earlier) if tools.web_search and search else None
     if searching is not None:
         seen.browser = searching
         boxes.append(searching)
@@ -239,7 +234,7 @@ def _local(tools: RequestTools, settings: ToolSettings, search: SearchProvider |
         boxes.append(box)
         wires.update({f.name: WireTool("code_interpreter", f.name) for f in box.functions})
     if tools.file_search is not None and knowledge is not None:
-        files = _files(tools.file_search, _where(tools), knowledge, owner, settings, context)
+        files = _files(tools.file_search, _where(tools), knowledge, owner, settings, earlier)
         seen.files = files
         boxes.append(files)
         wires.update({f.name: WireTool("file_search", f.name, file_search.NAMESPACE)
@@ -265,17 +260,19 @@ def _capped(tools: RequestTools, settings: ToolSettings) -> list[int]:
     return positions
 
 
-async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequence[Json],
+async def open_hosted(tools: RequestTools, settings: ToolSettings, context: HostedContext | Sequence[Json],
                       search: SearchProvider | None = None, sandbox: Sandbox | None = None,
                       knowledge: VectorSearch | None = None, owner: str = "") -> Hosted | None:
     """The request's hosted tools: MCP servers connected and listed, web search, the code
-    interpreter, file search over ``owner``'s vector stores; None when it has none."""
+    interpreter, file search over ``owner``'s vector stores; None when it has none.  ``context``
+    is read already (:class:`HostedContext`), or a short sequence of items read here."""
+    earlier = context if isinstance(context, HostedContext) else HostedContext.of(context)
     positions = _capped(tools, settings)  # before any store lookup, name resolution or connection
-    boxes, wires, seen = _local(tools, settings, search, sandbox, context, knowledge, owner)
+    boxes, wires, seen = _local(tools, settings, search, sandbox, earlier, knowledge, owner)
     if seen.files is not None:
         await _check_files(seen.files, _where(tools))
     if not tools.mcp:
-        if any(i.get("type") == "mcp_approval_response" and i.get("approve") for i in context):
+        if earlier.approvals:
             raise InvalidRequest("An mcp_approval_response approves a call, but the request offers no "
                                  "mcp tools to run it.", param="tools")
         if not boxes:
@@ -331,12 +328,11 @@ async def open_hosted(tools: RequestTools, settings: ToolSettings, context: Sequ
             server, tool = mcp.route(fn.name)
             kind: Literal["mcp", "mcp_approval"] = "mcp_approval" if server.approval(tool) else "mcp"
             hosted.wire[fn.name] = WireTool(kind, tool, server.label)
-        before = _listed_before(context)
         hosted.list_items = [
             {"id": random_id("mcpl_"), "type": "mcp_list_tools", "server_label": label,
              "tools": [t.wire() for t in found]}
-            for label, found in listed.items() if label not in before]
-        hosted.approved = _approved(context, mcp)
+            for label, found in listed.items() if label not in earlier.listed]
+        hosted.approved = _approved(earlier, mcp)
         return hosted
     except BaseException:
         await toolbox.aclose()

@@ -1,7 +1,8 @@
-"""Open Responses on the run engine: context, the resource, storage, retrieve, cancel.
+"""Open Responses on the run engine: context, storage, retrieve, cancel.
 
 A create request becomes a :class:`~app.engine.run.Run` whose encoder is a
-:class:`ResponsesEncoder` (the resource is the fold of its events).  Stored responses
+:class:`ResponsesEncoder` (the resource is the fold of its events, from the one
+:mod:`app.api.responses.resource` starts).  Stored responses
 are written when the run starts and when it ends (:mod:`app.api.responses.hooks`); a process
 that died mid-run leaves a response that readers end as ``failed`` (``run_lost``).
 Streaming, waiting, background and cancellation are the engine's.
@@ -22,10 +23,12 @@ from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.following import StoredEnd, cancel_elsewhere, delete_elsewhere, lost
 from app.api.responses.hooks import EndHooks, StoreHooks, snapshot
 from app.api.responses.hosted import open_hosted
+from app.api.responses.hosted_context import HostedContext
 from app.api.responses.ingest import build_conversation, generation_params, tools_of
+from app.api.responses.resource import start_resource
 from app.api.responses.tools import expand_hosted
 from app.core.access import ANONYMOUS, Principal
-from app.core.conversation import ToolChoice
+from app.core.conversation import Conversation, ToolChoice
 from app.core.errors import InvalidRequest, ModelNotFound, NotFound
 from app.core.ids import random_id
 from app.core.shed import shed_later
@@ -46,13 +49,7 @@ from app.tools import code, file_search, web
 from app.tools.code import Sandbox
 from app.tools.file_search import VectorSearch
 from app.tools.search import SearchProvider
-from schemas.responses import (
-    CompactBody,
-    CreateResponseBody,
-    InputTokensBody,
-    SpecificHosted,
-    TextFormatJSONSchema,
-)
+from schemas.responses import CompactBody, CreateResponseBody, InputTokensBody, SpecificHosted
 
 Json = dict[str, Any]
 log = logging.getLogger("ocm_gateway")
@@ -75,38 +72,6 @@ _THROUGH_THE_STORE = _StoreCancels()
 def _not_found(response_id: str, param: str = "response_id") -> NotFound:
     code = "previous_response_not_found" if param == "previous_response_id" else "not_found"
     return NotFound(f"No response with id {response_id!r} was found.", param=param, code=code)
-
-
-def _resource(body: CreateResponseBody, response_id: str, plan: Plan, status: str) -> Json:
-    params = plan.params
-    tools = list(tools_of(body).echo)
-    fmt: Json = {"type": "text"}
-    f = body.text.format if body.text else None
-    if isinstance(f, TextFormatJSONSchema):
-        # The Open Responses document types the echoed schema as null (JsonSchemaResponseFormat).
-        fmt = {"type": "json_schema", "name": f.name, "description": f.description, "schema": None,
-               "strict": bool(f.strict)}
-    elif f is not None:
-        fmt = {"type": f.type}
-    choice = body.tool_choice
-    tool_choice: Any = choice if isinstance(choice, str) or choice is None else choice.model_dump()
-    return {
-        "id": response_id, "object": "response", "created_at": int(time.time()), "completed_at": None,
-        "status": status, "incomplete_details": None, "model": body.model,
-        "previous_response_id": body.previous_response_id, "instructions": body.instructions,
-        "output": [], "error": None, "tools": tools, "tool_choice": tool_choice or "auto",
-        "truncation": body.truncation, "parallel_tool_calls": params.parallel_tool_calls,
-        "text": {"format": fmt}, "top_p": body.top_p if body.top_p is not None else 1.0,
-        "presence_penalty": body.presence_penalty or 0.0, "frequency_penalty": body.frequency_penalty or 0.0,
-        "top_logprobs": body.top_logprobs or 0,
-        "temperature": body.temperature if body.temperature is not None else 1.0,
-        "reasoning": {"effort": plan.reasoning_effort,
-                      "summary": body.reasoning.summary if body.reasoning else None}, "usage": None,
-        "max_output_tokens": body.max_output_tokens, "max_tool_calls": body.max_tool_calls,
-        "store": body.store, "background": body.background, "service_tier": body.service_tier,
-        "metadata": body.metadata or {}, "safety_identifier": body.safety_identifier,
-        "prompt_cache_key": body.prompt_cache_key,
-    }
 
 
 class ResponsesService:
@@ -238,8 +203,11 @@ class ResponsesService:
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
         resolved = await self._context(body, who)
         context = resolved.items
-        conv = (await asyncio.to_thread(build_conversation, body, context, labels=resolved.labels)
-                if len(context) > BIG else build_conversation(body, context, labels=resolved.labels))
+
+        def build() -> tuple[Conversation, HostedContext]:  # and what the hosted tools need of it
+            return build_conversation(body, context, labels=resolved.labels), HostedContext.of(context)
+
+        conv, earlier = await asyncio.to_thread(build) if len(context) > BIG else build()
         if seen is not None:
             seen(context)
         response_id = random_id("resp_")
@@ -251,7 +219,7 @@ class ResponsesService:
         request_tools = tools_of(body, self.runs)
         params = generation_params(body, self.runs)  # a bad tool_choice: refused before any server call
         settings = self.registry.config.tools
-        hosted = await open_hosted(request_tools, settings, context, self.search, self.sandbox,
+        hosted = await open_hosted(request_tools, settings, earlier, self.search, self.sandbox,
                                    self.knowledge, who.tenant)
         wire_tools = dict(request_tools.wire)
         if hosted is not None:
@@ -265,7 +233,7 @@ class ResponsesService:
         results = "file_search_call.results" in (body.include or [])
 
         def encoder(plan: Plan) -> ResponsesEncoder:
-            resource = _resource(body, response_id, plan, "queued" if body.background else "in_progress")
+            resource = start_resource(body, response_id, plan, "queued" if body.background else "in_progress")
             if request_tools.not_run:  # the hosted-tool policy of app/api/responses/tools.py
                 resource["ocm:tools_not_run"] = list(request_tools.not_run)
             if plan.dropped_messages:

@@ -23,20 +23,10 @@ from adapters.transport import post_stream
 from adapters.upstream import HttpxUpstream, PooledClient, upstream_for
 from app.core.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout
 from app.main import create_app
+from tests.support import raw_http as raw
 from tests.support.asgi import AsgiPost, eventually
 from tests.support.gateway import MODEL, config, sse_payloads
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.support.raw_http import (
-    HEAD,
-    DropsFirst,
-    DropsReused,
-    chunk,
-    cut_after,
-    listening,
-    nobody_listening,
-    serving,
-    stalls_after,
-)
 from tests.unit.http.test_overload import ANSWER, CHAT
 
 pytestmark = pytest.mark.asyncio
@@ -144,14 +134,14 @@ async def test_bytes_are_handed_on_as_they_arrive() -> None:
     second = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b'data: {"n": 1}\n\n'))
+        writer.write(raw.HEAD + raw.chunk(b'data: {"n": 1}\n\n'))
         await writer.drain()
         await second.wait()  # event 2 exists only once the client has seen event 1
-        writer.write(chunk(b'data: {"n": 2}\n\n') + b"0\r\n\r\n")
+        writer.write(raw.chunk(b'data: {"n": 2}\n\n') + b"0\r\n\r\n")
         await writer.drain()
 
     got = []
-    async with serving(handler) as (_, url), pooled() as c, aclosing(opened(c, url)) as stream:
+    async with raw.serving(handler) as (_, url), pooled() as c, aclosing(opened(c, url)) as stream:
         async for event in stream:
             got.append(event)
             second.set()
@@ -176,13 +166,13 @@ async def test_leaving_a_stream_early_drops_the_connection_so_the_upstream_stops
 
 
 async def test_silence_mid_stream_is_an_upstream_timeout() -> None:
-    async with serving(stalls_after(b'data: {"n": 1}\n\n')) as (_, url), pooled(read=0.3) as c:
+    async with raw.serving(raw.stalls_after(b'data: {"n": 1}\n\n')) as (_, url), pooled(read=0.3) as c:
         with pytest.raises(UpstreamTimeout, match="ReadTimeout"):
             await events(c, url)
 
 
 async def test_a_connection_dropped_mid_stream_is_a_read_error() -> None:
-    async with serving(cut_after(b'data: {"n": 1}\n\n')) as (_, url), pooled() as c:
+    async with raw.serving(raw.cut_after(b'data: {"n": 1}\n\n')) as (_, url), pooled() as c:
         # httpx's types, as httpx's own transport names a cut: a lost connection, or a body
         # that ended before its chunked encoding did
         with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
@@ -195,7 +185,7 @@ async def test_a_connection_dropped_mid_stream_is_a_read_error() -> None:
 
 
 async def test_nobody_listening_is_upstream_unavailable() -> None:
-    url = await nobody_listening()
+    url = await raw.nobody_listening()
     async with pooled() as c:
         with pytest.raises(UpstreamError) as caught:
             await events(c, f"{url}/completion")
@@ -221,16 +211,16 @@ async def test_an_error_status_maps_with_its_body_and_headers() -> None:
 
 
 async def test_a_pooled_connection_the_server_dropped_is_sent_again_on_a_new_one() -> None:
-    server = DropsReused(HEAD + chunk(b'data: {"ok": true}\n\n') + b"0\r\n\r\n")
-    async with listening(server) as url, pooled() as c:
+    server = raw.DropsReused(raw.HEAD + raw.chunk(b'data: {"ok": true}\n\n') + b"0\r\n\r\n")
+    async with raw.listening(server) as url, pooled() as c:
         for _ in range(5):
             assert await events(c, url) == [{"ok": True}]
     assert server.connections >= 5
 
 
 async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() -> None:
-    server = DropsFirst()
-    async with listening(server) as url, pooled() as c:
+    server = raw.DropsFirst()
+    async with raw.listening(server) as url, pooled() as c:
         with pytest.raises(UpstreamError):
             await events(c, url)
     assert server.requests == 1
@@ -238,10 +228,10 @@ async def test_a_new_connection_dropped_without_an_answer_is_not_sent_again() ->
 
 async def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + chunk(b'data: {"via": 1}\n\n') + b"0\r\n\r\n")
+        writer.write(raw.HEAD + raw.chunk(b'data: {"via": 1}\n\n') + b"0\r\n\r\n")
         await writer.drain()
 
-    async with serving(answer) as (proxy, proxy_url), serving(answer) as (direct, direct_url):
+    async with raw.serving(answer) as (proxy, proxy_url), raw.serving(answer) as (direct, direct_url):
         monkeypatch.setenv("HTTP_PROXY", proxy_url)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         async with pooled() as c:

@@ -5,6 +5,7 @@ The count is the same either way: the prompt the create sends."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +20,16 @@ from tests.support.gateway import MODEL
 ANSWER = "<|channel|>final<|message|>Hi.<|return|>"
 
 
+def _off_loop(real: Callable[..., Any], calls: list[bool]) -> Callable[..., Any]:
+    """``real``, noting in ``calls`` whether each call ran off the event loop's thread."""
+
+    def watched(*args: Any) -> Any:
+        calls.append(threading.current_thread() is not threading.main_thread())
+        return real(*args)
+
+    return watched
+
+
 def _turns(n: int) -> list[Any]:
     return [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(n)]
 
@@ -27,16 +38,8 @@ def _turns(n: int) -> list[Any]:
 async def test_long_conversations_are_converted_off_the_event_loop(
         n: int, off_loop: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[bool] = []
-    def conversation_of(*args: Any) -> Any:
-        threads.append(threading.current_thread() is not threading.main_thread())
-        return real_count(*args)
-
-    def ingest_messages(*args: Any) -> Any:
-        threads.append(threading.current_thread() is not threading.main_thread())
-        return real_create(*args)
-
-    monkeypatch.setattr(routes, "conversation_of", conversation_of)
-    monkeypatch.setattr(routes, "ingest_messages", ingest_messages)
+    monkeypatch.setattr(routes, "conversation_of", _off_loop(real_count, threads))
+    monkeypatch.setattr(routes, "ingest_messages", _off_loop(real_create, threads))
     upstream = FakeLlamaCpp(ANSWER)
     async with clients(upstream.transport()) as c:
         counted = await c.sdk.messages.count_tokens(model=MODEL, messages=_turns(n))
@@ -52,17 +55,13 @@ async def test_a_long_count_is_scanned_for_documents_and_freed_off_the_event_loo
     and the converted conversation is freed in pieces (its one dealloc held the loop ~15 ms)."""
     scanned: list[bool] = []
     freed: list[int] = []
-    real_scan, real_free = routes.has_sources, routes.shed_later
-
-    def has_sources(*args: Any) -> Any:
-        scanned.append(threading.current_thread() is not threading.main_thread())
-        return real_scan(*args)
+    real_free = routes.shed_later
 
     def shed_later(*groups: Any) -> None:
         freed.extend(len(g) for g in groups)
         real_free(*groups)
 
-    monkeypatch.setattr(routes, "has_sources", has_sources)
+    monkeypatch.setattr(routes, "has_sources", _off_loop(routes.has_sources, scanned))
     monkeypatch.setattr(routes, "shed_later", shed_later)
     upstream = FakeLlamaCpp(ANSWER)
     async with clients(upstream.transport()) as c:
