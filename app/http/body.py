@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.core.shed import shed, shed_later
-from app.http.big_json import loads_in_pieces
+from app.http.big_json import loads_in_pieces, loads_long_strings
 from app.http.gc_hold import HOLD
 
 INT64 = 2**63
@@ -73,7 +73,11 @@ def parse_json(raw: bytes, pieces: bool = False) -> Any:
     """``raw`` parsed, or :class:`BodyRejected`; ``pieces`` (a worker thread's big body): its
     long item list parsed a piece at a time where that is certain to give the same value
     (:mod:`app.http.big_json`: one ``orjson.loads`` of 3.9 MB held the GIL ~35 ms)."""
-    value = loads_in_pieces(raw) if pieces else None
+    value = None
+    if pieces:  # the item list in pieces, else the long strings in pieces
+        value = loads_in_pieces(raw)
+        if value is None:
+            value = loads_long_strings(raw)
     if value is not None:
         return json.loads(raw, parse_int=_check_int) if _has_long_number(raw) else value
     try:
