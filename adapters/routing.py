@@ -21,6 +21,8 @@
   slots before anything is sent to it and gives it back once its stream is closed, so a
   bounded replica (llama.cpp: its ``/props`` ``total_slots``) never sees more than its bound;
   the wait is the gate's (its own timeout) and does not count against ``first_byte_timeout``.
+  Each :class:`Replica` counts, for its model, the requests waiting at the gate, those that
+  left while waiting and those the gate refused (read by ``/metrics``: :mod:`app.metrics`).
 """
 
 from __future__ import annotations
@@ -49,10 +51,15 @@ class Gate(Protocol):
 
 @dataclass
 class Replica:
+    """One upstream replica of one backend (a model's pool); its counts are that model's."""
+
     url: str
     outstanding: int = 0  # asked or waiting at its gate, until the stream is closed
     cooldown_until: float = 0.0
     gate: Gate | None = None
+    waiting: int = 0  # at its gate now
+    gave_up: int = 0  # left while waiting at its gate (the client went away)
+    refused: int = 0  # refused by its gate (its queue full, or no slot within its timeout)
 
 
 @dataclass
@@ -147,11 +154,18 @@ async def failover(pool: ReplicaPool, open_stream: Callable[[str], Events], affi
         gate = replica.gate
         if gate is not None:
             waited = time.monotonic()
+            replica.waiting += 1
             try:
                 await gate.acquire()  # Overloaded (503) when its queue is full or too slow
-            except BaseException:
+            except BaseException as exc:
                 replica.outstanding -= 1
+                if isinstance(exc, asyncio.CancelledError):
+                    replica.gave_up += 1
+                elif isinstance(exc, GatewayError):
+                    replica.refused += 1
                 raise
+            finally:
+                replica.waiting -= 1
             waited = time.monotonic() - waited
             deadline, remaining = deadline + waited, remaining + waited
         events = open_stream(replica.url)

@@ -130,12 +130,16 @@ class HttpBackend:
         # now, not at GC time.
         reads = cast(AsyncGenerator[list[dict[str, Any]], None],
                      failover(self.pool, cast(Callable[[str], AsyncIterator[Any]], open_stream), affinity))
+        to_chunk = reader.chunk
         async with aclosing(reads) as batches:
             async for batch in batches:
+                if len(batch) == 1:  # one event per read (a model's paced tokens): nothing before it
+                    yield [to_chunk(batch[0])]
+                    continue
                 chunks: list[Chunk] = []
                 try:
                     for event in batch:
-                        chunks.append(reader.chunk(event))
+                        chunks.append(to_chunk(event))
                 except BaseException:
                     if chunks:
                         yield chunks  # the chunks before a bad event, as one at a time did
@@ -145,9 +149,10 @@ class HttpBackend:
 
 class ChunkBatches:
     """A backend's chunks, one at a time (``async for``), or as they arrived together
-    (:meth:`batch`: the events of one upstream read, a list per wake-up instead of one
-    generator step per token for every layer between the socket and the parser).  Both views
-    read one stream; ``aclose`` closes the upstream request."""
+    (:meth:`batch`, or :meth:`split` once the first chunk was taken: the events of one upstream
+    read, a list per wake-up instead of one generator step per token for every layer between
+    the socket and the parser).  The views read one stream; ``aclose`` closes the upstream
+    request."""
 
     __slots__ = ("_buffer", "_source")
 
@@ -172,6 +177,13 @@ class ChunkBatches:
         while not (out := await self._source.__anext__()):
             pass
         return out
+
+    def split(self) -> tuple[list[Chunk], AsyncIterator[list[Chunk]]]:
+        """What is left of the latest read (perhaps nothing), and the reads after it: the
+        source's own iterator, so a consumer of whole reads steps it with no frame of this
+        class in between (``aclose`` still closes it)."""
+        left, self._buffer = self._buffer[::-1], []
+        return left, self._source
 
     async def aclose(self) -> None:
         aclose = getattr(self._source, "aclose", None)
@@ -233,6 +245,12 @@ async def post_batches(client: httpx.AsyncClient, url: str, body: dict[str, Any]
                 pending = decoder.decode(raw)
                 if not pending:
                     continue
+                if len(pending) == 1 and pending[0] != "[DONE]":  # one event per read (paced)
+                    only = json_event(pending[0], label)  # malformed: raises, nothing before it
+                    if is_last is None or not is_last(only):
+                        yield [only]
+                        continue
+                    # the last event: the loop below drains the body (and reads it once more)
                 batch: list[dict[str, Any]] = []
                 try:
                     for i, data in enumerate(pending):

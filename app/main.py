@@ -80,6 +80,7 @@ def create_app(config: GatewayConfig | None = None,
         registry = Registry(cfg, client, admission)
         registry.created = int(time.time())
         app.state.metrics.watch_admission(admission)
+        app.state.metrics.watch_replicas(registry.routes)
         app.state.registry = registry
         stores = await open_stores(cfg.store.path, cfg.store.url)
         store, conversations = stores.responses, stores.conversations

@@ -9,10 +9,14 @@ Metrics live in their own registry so several apps (tests) can coexist in a proc
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from adapters.routing import Replica, ReplicaPool
 
 if TYPE_CHECKING:  # the engine uses this module: no import of it at run time
     from app.engine.admission import Admission
@@ -51,10 +55,70 @@ class Metrics:
         self.rejected = Counter("ocm_admission_rejected", "Requests refused at capacity (503)",
                                 registry=r)
 
+        self.replicas = ReplicaQueues()
+        r.register(self.replicas)
+
     def watch_admission(self, admission: Admission) -> None:
         self.inflight.set_function(lambda: admission.inflight)
         self.queued.set_function(lambda: admission.queued)
         admission.on_reject = self.rejected.inc
+
+    def watch_replicas(self, routes: Mapping[str, object]) -> None:
+        """Show the bounded replicas (their gates) of ``routes`` (model name → route with a
+        ``backend``; the registry's) on ``/metrics``."""
+        self.replicas.routes = routes
+
+
+class ReplicaQueues:
+    """The upstream replicas' gates (``[models.X] max_inflight``, llama.cpp's slots), per model
+    and replica URL: generations in flight to it, requests waiting for one of its slots, its
+    bound (absent while unknown), and how many left while waiting or were refused.  Read from
+    the replicas when ``/metrics`` is scraped: nothing is done per request for it."""
+
+    LABELS = ("model", "replica")
+
+    def __init__(self) -> None:
+        self.routes: Mapping[str, object] = {}
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
+                                 CounterMetricFamily, CounterMetricFamily]:
+        labels = self.LABELS
+        return (GaugeMetricFamily("ocm_replica_inflight",
+                                  "Generations in flight to a bounded upstream replica", labels=labels),
+                GaugeMetricFamily("ocm_replica_waiting",
+                                  "Requests waiting for a slot of a bounded upstream replica", labels=labels),
+                GaugeMetricFamily("ocm_replica_bound",
+                                  "Generations a bounded upstream replica is sent at most", labels=labels),
+                CounterMetricFamily("ocm_replica_gave_up",
+                                    "Requests whose client left while waiting for a replica slot",
+                                    labels=labels),
+                CounterMetricFamily("ocm_replica_refused",
+                                    "Requests a replica's queue refused (full, or no slot in time: 503)",
+                                    labels=labels))
+
+    def _gated(self) -> Iterator[tuple[str, Replica]]:
+        for model, route in self.routes.items():
+            pool = getattr(getattr(route, "backend", None), "pool", None)
+            if isinstance(pool, ReplicaPool):
+                for replica in pool.replicas:
+                    if replica.gate is not None:
+                        yield model, replica
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        inflight, waiting, bound, gave_up, refused = families = self._families()
+        for model, replica in self._gated():
+            labels = [model, replica.url]
+            inflight.add_metric(labels, max(0, replica.outstanding - replica.waiting))
+            waiting.add_metric(labels, replica.waiting)
+            limit = getattr(replica.gate, "bound", None)
+            if isinstance(limit, int):
+                bound.add_metric(labels, limit)
+            gave_up.add_metric(labels, replica.gave_up)
+            refused.add_metric(labels, replica.refused)
+        yield from families
 
 
 @dataclass

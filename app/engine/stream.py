@@ -6,8 +6,12 @@ backend sent its first chunk: it feeds chunks to the format's parser and passes 
 through the request's policies, holding each ``PartDone`` until the next event (a part the
 token budget cut is closed as incomplete by the finish).  A huge chunk (one upstream event of
 100,000 tokens) is fed in slices where the parser offers ``feed_slices``, the event loop given
-back between them.  A failure of the backend or the parser becomes one terminal ``Error``
-event, never an exception; closing the stream closes the upstream request.
+back between them.  A backend that gives its chunks a read at a time (``split``:
+:class:`adapters.transport.ChunkBatches`) is stepped a read at a time: a read of one event
+(a model's paced tokens) goes straight through, a read of several is parsed together (its
+adjacent deltas joined for an answer that is only folded, :meth:`EventStream.coalesce`).
+A failure of the backend or the parser becomes one terminal ``Error`` event, never an
+exception; closing the stream closes the upstream request.
 """
 
 from __future__ import annotations
@@ -100,8 +104,8 @@ class EventStream:
         if self._stats is not None:
             self._stats.metrics.open_streams.inc()
 
-    def __aiter__(self) -> EventStream:
-        return self
+    def __aiter__(self) -> AsyncIterator[ev.Event]:
+        return self._iter  # ``async for`` steps the generator itself: no frame of ours per event
 
     async def __anext__(self) -> ev.Event:
         return await self._iter.__anext__()
@@ -125,27 +129,50 @@ class EventStream:
                     for event in self._hold_parts(self._parser.feed(self._first)):
                         yield event
             t0 = time.perf_counter()
-            batch = getattr(self._chunks, "batch", None)
-            if batch is not None:  # what one upstream read brought, one step for all of it
+            split = getattr(self._chunks, "split", None)
+            if split is not None:  # what one upstream read brought, one step for all of it
+                chunks: list[Chunk] | None
+                chunks, reads = split()
+                next_read = reads.__anext__  # the reads' own iterator: no layer per read here
+                if not chunks:
+                    chunks = None
                 while True:
-                    try:
-                        chunks: list[Chunk] = await batch()
-                    except StopAsyncIteration:
-                        break
-                    self._upstream += time.perf_counter() - t0
-                    self._seen += sum(len(chunk.token_ids) or 1 for chunk in chunks)
-                    events: list[ev.Event] = []
-                    for chunk in chunks:
-                        if _huge(chunk):
-                            for event in self._hold_parts(self._merged(events)):
-                                yield event
-                            events = []
+                    if chunks is None:
+                        try:
+                            chunks = await next_read()
+                        except StopAsyncIteration:
+                            break
+                        self._upstream += time.perf_counter() - t0
+                    if len(chunks) == 1:  # one event per read (a model's paced tokens): no list
+                        chunk = chunks[0]
+                        ids = len(chunk.token_ids)
+                        self._seen += ids or 1
+                        if ids > HUGE or len(chunk.text) > HUGE:
                             async for event in self._feed_slices(chunk):
                                 yield event
                         else:
-                            events += self._parser.feed(chunk)
-                    for event in self._hold_parts(self._merged(events)):
-                        yield event
+                            events = self._parser.feed(chunk)
+                            if len(events) == 1 and self._held_part is None and not isinstance(
+                                    events[0], ev.PartDone):
+                                yield events[0]  # _hold_parts has nothing to hold or release
+                            elif events:
+                                for event in self._hold_parts(self._merged(events)):
+                                    yield event
+                    elif chunks:  # several events: adjacent deltas joined (coalesce)
+                        self._seen += sum(len(chunk.token_ids) or 1 for chunk in chunks)
+                        events = []
+                        for chunk in chunks:
+                            if _huge(chunk):
+                                for event in self._hold_parts(self._merged(events)):
+                                    yield event
+                                events = []
+                                async for event in self._feed_slices(chunk):
+                                    yield event
+                            else:
+                                events += self._parser.feed(chunk)
+                        for event in self._hold_parts(self._merged(events)):
+                            yield event
+                    chunks = None
                     t0 = time.perf_counter()
             else:
                 async for chunk in self._chunks:

@@ -226,7 +226,9 @@ class CountersUnavailable(Overloaded):
 
 
 class RedisCounters:
-    """Counts in Redis, shared by every replica (see the module docstring)."""
+    """Counts in Redis, shared by every replica (see the module docstring).  A request no limit
+    applies to makes no round trip; a release (slot and tokens) is sent only for a generation
+    this replica counted (a generation admitted uncounted while Redis was away charges nothing)."""
 
     def __init__(self, client: Any, *, on_failure: Literal["open", "closed"] = "open",
                  lease_seconds: float = 900.0, prefix: str = "ocm:limits:") -> None:
@@ -237,6 +239,7 @@ class RedisCounters:
         self.lease_seconds = lease_seconds
         self.prefix = prefix
         self._pending: set[asyncio.Task[None]] = set()  # releases in flight (strong references)
+        self._held: set[str] = set()  # the leases of counted generations, until released
 
     def _keys(self, who: str) -> tuple[str, str, str]:
         base = f"{self.prefix}{who}"
@@ -245,10 +248,17 @@ class RedisCounters:
     async def admit(self, who: str, budget: Budget, *, generation: bool, lease: str) -> RateLimited | None:
         from redis.exceptions import RedisError
 
+        if unlimited(budget, generation):  # not counted: no round trip, now or at its release
+            return None
         try:
             answer = await self._admit(keys=list(self._keys(who)), args=[
                 WINDOW, budget.rpm or 0, budget.tpm or 0, budget.concurrent or 0, 1 if generation else 0,
                 lease, self.lease_seconds, uuid.uuid4().hex])
+        except asyncio.CancelledError:
+            if generation:  # the script may have taken the slot before the client left
+                self._held.add(lease)
+                self.release(who, lease, 0)
+            raise
         except (RedisError, OSError) as exc:
             if self.on_failure == "closed":
                 raise CountersUnavailable(f"The limits store (Redis) is unavailable ({type(exc).__name__}).",
@@ -257,9 +267,16 @@ class RedisCounters:
                         type(exc).__name__)
             return None
         kind = int(answer[0])
-        return None if kind == 0 else _refusal(kind, budget, float(answer[1]))
+        if kind == 0:
+            if generation:
+                self._held.add(lease)
+            return None
+        return _refusal(kind, budget, float(answer[1]))
 
     def release(self, who: str, lease: str, tokens: int) -> None:
+        if lease not in self._held:  # never counted: no limit applied, or admitted uncounted
+            return
+        self._held.discard(lease)
         task = asyncio.get_running_loop().create_task(self._give_back(who, lease, tokens))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

@@ -115,3 +115,39 @@ async def test_backend_stream_gives_each_read_as_one_batch() -> None:
     assert first.token_ids == (0,)
     assert [[x.token_ids for x in batch] for batch in batches] == [[(1,)], [(2,), (3,)]]
     assert batches[1][1].finish is not None and batches[1][1].usage is not None
+
+
+async def test_split_gives_the_rest_of_the_read_then_the_source_itself() -> None:
+    a, b, c, d = (Chunk(text=x) for x in "abcd")
+    source = _read([[a, b, c], [d]])
+    chunks = ChunkBatches(source)
+    assert await chunks.__anext__() == a
+    left, reads = chunks.split()
+    assert left == [b, c] and reads is source  # no layer of ChunkBatches per read
+    assert [r async for r in reads] == [[d]]
+    await chunks.aclose()
+
+
+async def test_backend_stream_of_one_event_per_read() -> None:
+    """A paced upstream (one event a read): each read is one chunk, and an error event raises
+    where it came, the chunks before it already given."""
+    pieces = [_event(0), _event(1), _event(2), _event(3, last=True)]
+    async with _client(pieces) as client:
+        backend = LlamaCppBackend(client, ["http://up"])
+        stream = backend.stream_via(backend.dialect, Prompt(token_ids=(1, 2, 3)), GenerationParams())
+        first = await stream.__anext__()
+        left, reads = stream.split()
+        got = [[x.token_ids for x in read] async for read in reads]
+        await stream.aclose()
+    assert first.token_ids == (0,) and left == [] and got == [[(1,)], [(2,)], [(3,)]]
+    bad = b"data: " + orjson.dumps({"error": {"message": "slot lost"}}) + b"\n\n"
+    async with _client([_event(0), _event(1), bad, _event(2)]) as client:
+        backend = LlamaCppBackend(client, ["http://up"])
+        stream = backend.stream_via(backend.dialect, Prompt(token_ids=(1, 2, 3)), GenerationParams())
+        seen = [(await stream.__anext__()).token_ids]
+        _, reads = stream.split()
+        with pytest.raises(UpstreamError, match="slot lost"):
+            async for read in reads:
+                seen += [x.token_ids for x in read]
+        await stream.aclose()
+    assert seen == [(0,), (1,)]

@@ -32,7 +32,8 @@ def _answer() -> list[int]:
 
 
 class Reads:
-    """A backend's chunks as they arrived (``batch``), one token a chunk."""
+    """A backend's chunks as they arrived (``split``: the rest of the first read, then each
+    read), one token a chunk."""
 
     def __init__(self, reads: list[list[Chunk]]) -> None:
         self._reads = [list(r) for r in reads]
@@ -50,12 +51,12 @@ class Reads:
             self._reads.pop(0)
         return self._reads[0].pop(0)
 
-    async def batch(self) -> list[Chunk]:
+    def split(self) -> tuple[list[Chunk], AsyncIterator[list[Chunk]]]:
+        return (self._reads.pop(0) if self._reads else []), self._rest()
+
+    async def _rest(self) -> AsyncIterator[list[Chunk]]:
         while self._reads:
-            read = self._reads.pop(0)
-            if read:
-                return read
-        raise StopAsyncIteration
+            yield self._reads.pop(0)
 
 
 def _reads(ids: list[int], size: int, logprobs: bool = False) -> list[list[Chunk]]:
@@ -159,3 +160,29 @@ async def test_only_a_run_that_is_waited_for_coalesces(mode: Mode, asked: bool) 
     assert run.task is not None
     await run.task
     assert source.asked is asked
+
+
+async def _one_at_a_time(chunks: list[Chunk]) -> AsyncIterator[Chunk]:
+    for chunk in chunks:
+        yield chunk
+
+
+@pytest.mark.parametrize("finish", ["eos", "length"])
+@pytest.mark.parametrize("size", [1, 2, 5])
+async def test_reads_give_the_events_a_chunk_at_a_time_gives(size: int, finish: str) -> None:
+    """Reads of one event (the paced path: no list, no hold when nothing is held) and of a few
+    give exactly the events of the chunk-at-a-time stream, a part the budget cut included."""
+    ids = [CHANNEL, *_ids("analysis"), MESSAGE, *_ids("Think it over."), 200007]  # the part ends
+    if finish == "eos":
+        ids += [START, *_ids("assistant"), CHANNEL, *_ids("final"), MESSAGE, *_ids("Hi there."), RETURN]
+    chunks = [Chunk(token_ids=(i,)) for i in ids]
+    chunks.append(Chunk(finish=Finish(finish), usage=Usage(10, len(ids))))  # type: ignore[arg-type]
+    plain = _one_at_a_time(chunks)
+    first = await plain.__anext__()
+    expected = [e async for e in EventStream(first, plain, HarmonyEventParser(10), GenerationParams(),
+                                             frozenset())]
+    got = await _events([chunks[i:i + size] for i in range(0, len(chunks), size)], coalesce=False)
+    assert got == expected
+    assert isinstance(got[-1], ev.Finished) and got[-1].reason == ("length" if finish == "length" else "stop")
+    parts = [e for e in got if isinstance(e, ev.PartDone)]
+    assert len(parts) == (0 if finish == "length" else 2)  # the cut reasoning part is not "done"
