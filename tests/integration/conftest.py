@@ -26,6 +26,19 @@ def _console_script() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli.main"]
 
 
+@contextmanager
+def serve_workers(config: Path, workers: int = 2) -> Iterator[Running]:
+    """``ocm-gateway serve --workers N`` on ``config`` as a process of its own, once healthy
+    (the environment's ``OCMGW_*`` / ``OTEL_*`` left out: the workers find their machine
+    services by what ``serve`` itself sets)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMGW", "OTEL_"))}
+    cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1", "--port",
+           str(port), "--workers", str(workers), "--log-level", "warning"]
+    with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=180, env=env) as running:
+        yield running
+
+
 def write_config(path: Path, models: dict[str, str], store: Path) -> Path:
     lines = ["[upstream]", "read_timeout = 60.0", "", "[store]", f'path = "{store}"', ""]
     for name, url in models.items():

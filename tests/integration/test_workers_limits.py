@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import _console_script
+from tests.integration.conftest import serve_workers
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.support.process import Running, free_port, healthy_process
+from tests.support.process import Running
 from tests.support.wire import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -51,11 +51,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         config.write_text(f'[store]\npath = "{tmp / "r.sqlite3"}"\n{keys}'
                           f'[models.endless]\nbase_urls = ["{endless_url}"]\n'
                           f'[models.final]\nbase_urls = ["{final_url}"]\n')
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMGW", "OTEL_"))}
-        cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1", "--port",
-               str(port), "--workers", "2", "--log-level", "warning"]
-        with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=180, env=env) as running:
+        with serve_workers(config) as running:
             yield running
 
 

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import _console_script
+from tests.integration.conftest import serve_workers
 from tests.integration.test_workers_limits import client_on, only, pinned, service, worker_of, workers
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.support.process import Running, free_port, healthy_process
+from tests.support.process import Running
 from tests.support.wire import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -50,11 +50,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
                           f'[models.endless]\nbase_urls = ["{endless}"]\n'
                           f'[models.paced]\nbase_urls = ["{paced}"]\n'
                           f'[models.pair]\nbase_urls = ["{bad}", "{good}"]\n')
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMGW", "OTEL_"))}
-        cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1", "--port",
-               str(port), "--workers", "2", "--log-level", "warning"]
-        with healthy_process(cmd, f"http://127.0.0.1:{port}", timeout=180, env=env) as running:
+        with serve_workers(config) as running:
             yield running
 
 
