@@ -73,9 +73,8 @@ def service(gw: Running) -> int | None:
                  if b"app.http.machine_counters" in cmd), None)
 
 
-def worker_of(response: httpx.Response, gw: Running) -> int:
-    """The worker that accepted the connection ``response`` came on."""
-    local_port = response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+def worker_holding(gw: Running, local_port: int) -> int | None:
+    """The worker holding the gateway's end of the connection from ``local_port`` (from /proc)."""
     gw_port = int(gw.url.rsplit(":", 1)[1])
     inodes = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
@@ -89,7 +88,16 @@ def worker_of(response: httpx.Response, gw: Running) -> int:
                     return pid
             except OSError:
                 pass
-    raise AssertionError("no worker holds this connection")
+    return None
+
+
+def worker_of(response: httpx.Response, gw: Running) -> int:
+    """The worker that accepted the connection ``response`` came on."""
+    local_port = response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+    pid = worker_holding(gw, local_port)
+    if pid is None:
+        raise AssertionError("no worker holds this connection")
+    return pid
 
 
 def _client(gw: Running, timeout: float = 30) -> httpx.Client:

@@ -15,14 +15,20 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.integration.conftest import serve_workers
-from tests.integration.test_workers_limits import client_on, only, pinned, service, worker_of, workers
+from tests.integration.test_workers_limits import (
+    client_on,
+    only,
+    pinned,
+    service,
+    worker_holding,
+    worker_of,
+)
 from tests.support.loopback_upstream import LoopbackUpstream
 from tests.support.process import Running
 from tests.support.wire import load
@@ -217,21 +223,7 @@ def _upgrade(gw: Running, pid: int) -> tuple[int, socket.socket]:
 
 
 def _worker_of_socket(sock: socket.socket, gw: Running) -> int | None:
-    local = sock.getsockname()[1]
-    gw_port = int(gw.url.rsplit(":", 1)[1])
-    inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].split(":")[1], 16) == gw_port and int(fields[2].split(":")[1], 16) == local:
-            inodes.add(f"socket:[{fields[9]}]")
-    for pid in workers(gw):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return pid
-            except OSError:
-                pass
-    return None
+    return worker_holding(gw, sock.getsockname()[1])
 
 
 def test_max_websockets_is_one_count_for_both_workers(gateway: Running) -> None:
