@@ -132,6 +132,21 @@ def _big_body_cases(big: str) -> list[tuple[str, str, Json]]:
         ("14 MB tool description: chat", "/v1/chat/completions",
          {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
           "tools": [{"type": "function", "function": {"name": "f", "description": big}}]}),
+        ("14 MB tool parameter description: chat", "/v1/chat/completions",
+         {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+          "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+              "type": "object", "properties": {"a": {"type": "string", "description": big}}}}}]}),
+        ("100,000 tool parameters: Responses", "/v1/responses",
+         create(tools=[{"type": "function", "name": "f", "parameters": {
+             "type": "object", "properties": {f"p{i}": {"type": "string", "description": small}
+                                              for i in range(100_000)}}}])),
+        ("9,990 tool parameters (260 KB, on the event loop): Responses", "/v1/responses",
+         create(tools=[{"type": "function", "name": "f", "parameters": {
+             "type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(9_990)}}}])),
+        ("14 MB tool input_schema enum: Messages", "/v1/messages",
+         {"model": HARMONY_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+          "tools": [{"name": "f", "input_schema": {"type": "object", "properties": {
+              "a": {"type": "string", "enum": [small] * 140_000}}}}]}),
         ("14 MB of 110,000 small chat messages", "/v1/chat/completions",
          {"model": HARMONY_MODEL, "messages": [{"role": "user", "content": small}] * 110_000,
           "max_tokens": 8}),

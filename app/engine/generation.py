@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard
 
+import orjson
+
 from adapters.base import Backend, Tokenizer, WindowDiscovery
 from app import metrics
 from app.core import tracing
@@ -209,14 +211,20 @@ def droppable_turns(conv: Conversation) -> int:
 
 
 def _text_size(conv: Conversation) -> int:
-    """Characters of text in the conversation's messages and tool descriptions (at most
-    :data:`BIG_TEXT` + one message's worth: it stops counting once past it)."""
+    """Characters of text in the conversation's messages and tools (descriptions, then the
+    schemas' JSON, counted only while below :data:`BIG_TEXT`: at most :data:`BIG_TEXT` + one
+    message's or schema's worth: it stops counting once past it)."""
     size = sum(len(t.description or "") for t in conv.tools)
     for message in conv.messages:
         size += sum(len(p.text) for p in message.content if isinstance(p, TextPart))
         size += len(message.reasoning or "") + sum(len(c.arguments) for c in message.tool_calls)
         if size > BIG_TEXT:
-            break
+            return size
+    for tool in conv.tools:  # a 10,000-property schema renders for ~0.3 s: not on the loop
+        if tool.parameters:
+            size += len(orjson.dumps(tool.parameters))  # ~1 µs a KB
+            if size > BIG_TEXT:
+                break
     return size
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from app.api.responses.tools import RequestTools, request_tools, tool_choice
@@ -35,19 +36,41 @@ def _response_format(body: wire.CreateResponseBody) -> ResponseFormat | None:
     return ResponseFormat(fmt.name, fmt.schema_, fmt.description, fmt.strict)
 
 
+_TOOLS: dict[int, tuple[weakref.ref[Any], frozenset[str], RequestTools]] = {}
+
+
 def tools_of(body: wire.CreateResponseBody, runs: frozenset[str] = frozenset()) -> RequestTools:
-    """The request's tools (:mod:`app.api.responses.tools`); ``runs``: the hosted tools run here."""
-    return request_tools(body.tools, runs)
+    """The request's tools (:mod:`app.api.responses.tools`); ``runs``: the hosted tools run here.
+    Converted once per body (the conversation, the parameters and the resource each ask, and
+    every conversion checks each schema: a 10,000-node schema was walked 3 times, ~100 ms
+    each, on the event loop); the entry goes when the body does."""
+    key = id(body)
+    hit = _TOOLS.get(key)
+    if hit is not None and hit[0]() is body and hit[1] == runs:
+        return hit[2]
+    tools = request_tools(body.tools, runs)
+    _TOOLS[key] = (weakref.ref(body, lambda _ref: _TOOLS.pop(key, None)), runs, tools)
+    return tools
+
+
+def echo_of(body: wire.CreateResponseBody) -> tuple[dict[str, Any], ...]:
+    """The request's tools as the resource shows them (the same whatever the gateway runs)."""
+    hit = _TOOLS.get(id(body))
+    if hit is not None and hit[0]() is body:
+        return hit[2].echo
+    return tools_of(body).echo
 
 
 def build_conversation(body: wire.CreateResponseBody, context: list[dict[str, Any]],
-                       first_input: int = 0, labels: list[str] | None = None) -> Conversation:
+                       first_input: int = 0, labels: list[str] | None = None,
+                       runs: frozenset[str] = frozenset()) -> Conversation:
     """``context`` is previous input + previous output + new input (from ``first_input`` on),
-    in wire form; ``labels`` name each item's origin instead of ``first_input``."""
+    in wire form; ``labels`` name each item's origin instead of ``first_input``; ``runs`` as
+    for :func:`tools_of` (the same as :func:`generation_params` is given: one conversion)."""
     messages = items_to_messages(context, first_input, labels)
     if body.instructions:
         messages = (Message("developer", (TextPart(body.instructions),), source="instructions"), *messages)
-    return Conversation(messages, tools_of(body).tools, _response_format(body))
+    return Conversation(messages, tools_of(body, runs).tools, _response_format(body))
 
 
 def _conversation_key(body: wire.CreateResponseBody) -> str | None:

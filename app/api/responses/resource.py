@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.api.responses.ingest import tools_of
+from app.api.responses.ingest import echo_of
 from app.engine.engine import Plan
 from schemas.responses import CreateResponseBody, TextFormatJSONSchema
 
@@ -22,7 +22,7 @@ Json = dict[str, Any]
 def start_resource(body: CreateResponseBody, response_id: str, plan: Plan, status: str) -> Json:
     """The resource of a response ``status`` (``queued`` or ``in_progress``) to ``body``."""
     params = plan.params
-    tools = list(tools_of(body).echo)
+    tools = list(echo_of(body))
     fmt: Json = {"type": "text"}
     f = body.text.format if body.text else None
     if isinstance(f, TextFormatJSONSchema):

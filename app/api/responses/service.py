@@ -205,7 +205,8 @@ class ResponsesService:
         context = resolved.items
 
         def build() -> tuple[Conversation, HostedContext]:  # and what the hosted tools need of it
-            return build_conversation(body, context, labels=resolved.labels), HostedContext.of(context)
+            return (build_conversation(body, context, labels=resolved.labels, runs=self.runs),
+                    HostedContext.of(context))
 
         conv, earlier = await asyncio.to_thread(build) if len(context) > BIG else build()
         if seen is not None:
@@ -278,8 +279,10 @@ class ResponsesService:
         create = CreateResponseBody.model_construct(**{**dict(body), "model": model})
         resolved = await self._context(create, who)
         items = resolved.items  # as create: a long input is built off the event loop
-        conv = (await asyncio.to_thread(build_conversation, create, items, labels=resolved.labels)
-                if len(items) > BIG else build_conversation(create, items, labels=resolved.labels))
+        conv = (await asyncio.to_thread(build_conversation, create, items, labels=resolved.labels,
+                                        runs=self.runs)
+                if len(items) > BIG else build_conversation(create, items, labels=resolved.labels,
+                                                            runs=self.runs))
         offered = tools_of(create, self.runs)  # the hosted tools' functions count too (not MCP's)
         hosted = (*(web.FUNCTIONS if offered.web_search else ()),
                   *(code.FUNCTIONS if offered.code_interpreter else ()),

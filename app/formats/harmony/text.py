@@ -30,6 +30,7 @@ before encoding it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection, Iterator
 from typing import Any, Literal
@@ -43,6 +44,10 @@ RUN = 256  # the longest stretch without a safe point encoded in one call
 CHUNK = 16_384  # characters of text per call (~5 ms); cut at a safe point in its second half
 MAX_RUN = 2048  # the longest such stretch openai-harmony is given to encode itself (~30 ms)
 MAX_TOKEN_CHARS = 128  # the longest o200k token is 128 bytes, so at most 128 characters
+# function tools' text (descriptions, schema keys and strings) openai-harmony encodes in one
+# call: ~6x Claude Code's (45 KB) and ~17x Codex's; encoding it holds the GIL ~80 ms (once:
+# the rendered prefix is cached)
+MAX_TOOL_TEXT = 262_144
 
 Specials = Literal["all"] | Collection[str]
 
@@ -163,8 +168,18 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def check_tool_text(tools: tuple[FunctionTool, ...]) -> None:
-    """Tool descriptions and schemas are encoded by openai-harmony itself: refuse a run it
-    cannot encode in bounded time (:func:`check_runs`)."""
-    for tool in tools:
-        for text in (tool.description or "", *_strings(tool.parameters)):
+    """Tool descriptions and schemas are encoded by openai-harmony itself, in one call holding
+    the GIL: refuse a run it cannot encode in bounded time (:func:`check_runs`), and more than
+    :data:`MAX_TOOL_TEXT` characters of them in all (a 14 MB parameter description held the
+    event loop for up to 15 s)."""
+    total = 0
+    for tool in tools:  # lazily: the walk stops at the bound (a tuple of them all took 0.7 s)
+        for text in itertools.chain((tool.description or "",), _strings(tool.parameters)):
+            total += len(text)
+            if total > MAX_TOOL_TEXT:
+                raise InvalidRequest(
+                    f"The function tools' descriptions and schemas hold more than {MAX_TOOL_TEXT:,} "
+                    "characters; at most that many are accepted for this model.", param="tools",
+                    code="invalid_value")
             check_runs(text, f"tools ({tool.name})")
+

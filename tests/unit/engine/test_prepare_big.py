@@ -41,3 +41,19 @@ async def test_a_long_prompt_refused_as_too_long_is_freed_off_the_loop(
     with pytest.raises(ContextLengthExceeded):  # ~7 tokens a message: past the 8,192 window
         await generation.prepare(route, conversation(n), GenerationParams(max_tokens=16))
     assert len(freed) == big and (not big or freed[0] > 8192)
+
+
+def _with_schema(properties: int) -> Any:
+    from dataclasses import replace
+
+    from app.core.conversation import FunctionTool
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(properties)}}
+    return replace(conversation(1), tools=(FunctionTool("f", parameters=schema),))
+
+
+def test_a_large_tool_schema_makes_a_conversation_big() -> None:
+    """Issue 35's neighbour: a 10,000-property schema (260 KB, a body the route parses on the
+    loop) took ~0.6 s to render on the event loop: its JSON counts towards the bound."""
+    assert not generation.is_big(_with_schema(10))
+    assert generation.is_big(_with_schema(2_000))
+    assert generation.is_big(_with_schema(10_000))

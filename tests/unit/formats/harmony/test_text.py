@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import random
 import re
 from pathlib import Path
@@ -12,13 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.conversation import FunctionTool
 from app.core.errors import InvalidRequest
 from app.formats.harmony.text import (
     CHUNK,
     MAX_RUN,
     MAX_TOKEN_CHARS,
+    MAX_TOOL_TEXT,
     RUN,
     check_runs,
+    check_tool_text,
     encode_text,
     min_tokens_of,
     spans,
@@ -148,3 +152,39 @@ def test_runs_openai_harmony_would_encode_are_bounded(unit: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         check_runs("x " + unit * (MAX_RUN + 1), "instructions")
     assert info.value.param == "instructions" and info.value.status == 400
+
+
+def _tool(description: str = "", parameters: dict[str, Any] | None = None) -> FunctionTool:
+    return FunctionTool(name="f", description=description, parameters=parameters)
+
+
+def test_tool_text_openai_harmony_encodes_in_one_call_is_bounded() -> None:
+    """A tool's text is encoded by openai-harmony in one call holding the GIL: a 14 MB
+    parameter description held ``/health`` up to 15 s; more than MAX_TOOL_TEXT characters of
+    descriptions and schema strings in all is a 400 naming ``tools``."""
+    words = "word " * (MAX_TOOL_TEXT // 5)  # just under the bound, ordinary text
+    check_tool_text((_tool(words[: MAX_TOOL_TEXT - 40], {"type": "object"}),))
+    hostile = [
+        (_tool(parameters={"type": "object", "properties": {
+            "a": {"type": "string", "description": words * 2}}}),),
+        (_tool(parameters={"type": "object", "properties": {
+            "a": {"type": "string", "enum": ["w " * 50] * (MAX_TOOL_TEXT // 50)}}}),),
+        (_tool(words), _tool(words)),  # each within the bound, not both
+    ]
+    for tools in hostile:
+        with pytest.raises(InvalidRequest) as info:
+            check_tool_text(tools)
+        assert info.value.param == "tools" and info.value.status == 400
+        assert info.value.code == "invalid_value"
+
+
+def test_the_agents_tool_sets_are_far_below_the_bound() -> None:
+    """Claude Code's first request (tests/fixtures/claude_code) carries ~45,000 characters of
+    tool text: the bound leaves it ~6x room."""
+    body = json.loads((Path(__file__).parents[3] / "fixtures/claude_code/first_request.json").read_text())
+    body = body.get("body", body)
+    tools = tuple(FunctionTool(name=t["name"], description=t.get("description", ""),
+                               parameters=t.get("input_schema")) for t in body["tools"])
+    check_tool_text(tools)
+    size = sum(len(t.description or "") + len(json.dumps(t.parameters)) for t in tools)
+    assert size * 5 < MAX_TOOL_TEXT

@@ -163,10 +163,14 @@ def test_instructions_and_tools_openai_harmony_cannot_encode_are_a_400(run: str)
     with pytest.raises(InvalidRequest) as info:
         render((Message("system", (TextPart(run),)), user("hi")))
     assert info.value.param == "instructions"
+    conv = Conversation(messages=(user("hi"),), tools=(FunctionTool("f", description=run[:8192]),))
+    with pytest.raises(InvalidRequest) as info:
+        render_openchatml(conv, GenerationParams())
+    assert info.value.param == "tools (f)"  # a run it cannot split
     conv = Conversation(messages=(user("hi"),), tools=(FunctionTool("f", description=run),))
     with pytest.raises(InvalidRequest) as info:
         render_openchatml(conv, GenerationParams())
-    assert info.value.param == "tools (f)"
+    assert info.value.param == "tools"  # more tool text than it is given in one call
     assert render((user(run),)).text is not None  # a user's text is made inert, not encoded
 
 
