@@ -102,8 +102,10 @@ class ModelConfig(_Strict):
                              "llama.cpp reports in /props when this process can read it, else a "
                              "shape-based check.")
     max_inflight: int | None = Field(default=None, ge=1, description="Generations in flight to each "
-                                     "replica (per worker); the rest wait in the gateway's queue "
-                                     "([limits] max_queue, queue_timeout), where a client that leaves "
+                                     "replica (one bound for all the workers of serve --workers N "
+                                     "without Redis, else per process); the rest wait in the "
+                                     "gateway's queue ([limits] max_queue, queue_timeout), where a "
+                                     "client that leaves "
                                      "costs the backend nothing. Unset: llamacpp, the replica's /props "
                                      "total_slots plus inflight_margin (read again after it fails); "
                                      "other backends, no bound of their own.")

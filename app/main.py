@@ -51,6 +51,8 @@ from app.http.counters import Counters, RedisCounters
 from app.http.keys import KeyResolver
 from app.http.limits import LimitsMiddleware
 from app.http.machine_counters import from_environment as machine_counters_from_env
+from app.http.machine_metrics import from_environment as machine_metrics_from_env
+from app.http.machine_metrics import run_rows
 from app.http.multipart import OVERHEAD as UPLOAD_OVERHEAD
 from app.http.observe import RECENT_ERRORS, ObserveMiddleware
 from app.http.usage import Budgets, UsageRecorder
@@ -81,12 +83,17 @@ def create_app(config: GatewayConfig | None = None,
         registry.created = int(time.time())
         app.state.metrics.watch_admission(admission)
         app.state.metrics.watch_replicas(registry.routes)
+        # serve --workers N: /metrics adds up every worker's counts (app/http/machine_metrics.py)
+        app.state.machine_metrics = machine_metrics = machine_metrics_from_env(app.state.metrics.registry)
+        relay = asyncio.get_running_loop().create_task(machine_metrics.run()) if machine_metrics else None
         app.state.registry = registry
         stores = await open_stores(cfg.store.path, cfg.store.url)
         store, conversations = stores.responses, stores.conversations
         app.state.accounts = resolver.store = usage.store = stores.accounts
         app.state.chat_store = stores.chat or await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
+        if machine_metrics is not None:  # the console's runs in flight, from every worker
+            machine_metrics.views["runs"] = lambda: run_rows(engine)
         assert stores.files is not None
         app.state.files = FilesService(stores.files, cfg.files.max_bytes)
         search = await open_search(cfg.tools)
@@ -146,6 +153,9 @@ def create_app(config: GatewayConfig | None = None,
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             if isinstance(signals, MachineSignals):  # after the runs' last events are copied
                 signals.close()
+            if relay is not None and machine_metrics is not None:  # its final counts, kept
+                relay.cancel()
+                machine_metrics.close()
             await usage.flush()  # the last counts, before the store closes
             tracing.flush()
             await stores.close()

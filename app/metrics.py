@@ -4,17 +4,29 @@ The HTTP middleware (:mod:`app.http.observe`) opens a :class:`RequestStats` for
 every request in a context variable; the pipeline records model, time to first
 token, upstream time, tokens and backend errors into it, without knowing HTTP.
 Metrics live in their own registry so several apps (tests) can coexist in a process.
+
+With ``serve --workers N``, ``/metrics`` shows the whole machine: :func:`snapshot` turns a
+registry into plain JSON-able families (``[name, type, help, [[sample, labels, value], ...]]``)
+that the workers exchange (:mod:`app.http.machine_metrics`), and :func:`merge` adds them up:
+every sample of a label set is the sum over the workers (counters, histograms' buckets, sums
+and counts, and gauges, which are per-worker quantities: in flight, queued, open streams,
+a replica's waiting), except a counter's or histogram's ``_created`` (the earliest) and
+:data:`MAX_FAMILIES` (the largest: ``ocm_replica_bound`` is the bound of the replica, which
+each worker reports the same with the machine-wide slot gate).  A worker known only from an
+older snapshot (``stale``) adds its counters and histograms (never less than it reported
+before) but not its gauges (what it holds now is unknown).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from adapters.routing import Replica, ReplicaPool
 
@@ -119,6 +131,81 @@ class ReplicaQueues:
             gave_up.add_metric(labels, replica.gave_up)
             refused.add_metric(labels, replica.refused)
         yield from families
+
+
+MAX_FAMILIES = frozenset({"ocm_replica_bound"})
+CUMULATIVE = frozenset({"counter", "histogram", "summary"})  # what a stale snapshot still adds
+Family = Sequence[object]  # [name, type, help, [[sample name, {label: value}, value], ...]]
+
+
+def snapshot(registry: CollectorRegistry) -> list[list[object]]:
+    """The registry's samples now, as JSON-able families (see the module docstring)."""
+    return [[m.name, m.type, m.documentation, [[s.name, s.labels, s.value] for s in m.samples]]
+            for m in registry.collect()]
+
+
+def merge(fresh: Iterable[Sequence[Family]], stale: Iterable[Sequence[Family]] = ()) -> list[Metric]:
+    """The families of several workers' snapshots as one (see the module docstring); the order
+    is the first snapshot's, then what only later ones have.  A family or sample of an
+    unexpected shape is skipped (the snapshots come from another process)."""
+    families: dict[str, tuple[Metric, dict[object, list[Any]]]] = {}
+    for snaps, cumulative_only in ((fresh, False), (stale, True)):
+        for snap in snaps:
+            for family in snap:
+                _add(families, family, cumulative_only)
+    out = []
+    for metric, samples in families.values():
+        metric.samples = [Sample(n, labels, v) for n, labels, v in samples.values()]
+        out.append(metric)
+    return out
+
+
+def _add(families: dict[str, tuple[Metric, dict[object, list[Any]]]], family: Family,
+         cumulative_only: bool) -> None:
+    if len(family) != 4:
+        return
+    name, kind, doc, samples = family
+    if (not isinstance(name, str) or not isinstance(kind, str) or not isinstance(samples, list)
+            or (cumulative_only and kind not in CUMULATIVE)):
+        return
+    entry = families.get(name)
+    if entry is None:
+        try:
+            entry = families[name] = (Metric(name, str(doc), kind), {})
+        except ValueError:  # not a metric type prometheus_client knows
+            return
+    if entry[0].type != kind:
+        return
+    merged = entry[1]
+    rule = 1 if name in MAX_FAMILIES else 2 if kind in CUMULATIVE else 0
+    for sample in samples:
+        try:
+            sample_name, labels, value = sample
+            key = (sample_name, *labels.items())  # one label order: the same code made them all
+            seen = merged.get(key)
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if type(value) not in (int, float) or type(sample_name) is not str:
+            continue
+        if seen is None:
+            if all(type(v) is str for v in labels.values()):
+                merged[key] = [sample_name, labels, value]
+        elif rule == 1:
+            seen[2] = max(seen[2], value)
+        elif rule == 2 and sample_name.endswith("_created"):
+            seen[2] = min(seen[2], value)
+        else:
+            seen[2] += value
+
+
+class Fixed:
+    """A collector of given families (the merged ones), for ``generate_latest``."""
+
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
 
 
 @dataclass

@@ -8,11 +8,16 @@ one, in ``OCMGW_SIGNALS_SOCKET``).
 terminal does not stop it while the workers drain) on a Unix socket in a fresh private
 directory (``mkdtemp``: mode 0700, so only this user can connect), waits until it accepts
 connections, and puts its path in ``OCMGW_COUNTERS_SOCKET``, which the workers inherit
-(:func:`app.http.machine_counters.from_environment`).  It does nothing for one worker or with
-``[redis] url`` (Redis counts for every replica).  A thread restarts the service whenever it
-exits (its state is lost, see :mod:`app.http.machine_counters`); :meth:`Service.stop` (at the
-supervisor's exit) ends it and removes the directory; killed with the supervisor, the service
-exits on its own within 0.5 s (it watches its parent).
+(:func:`app.http.machine_counters.from_environment`).  It does nothing for one worker.  A
+thread restarts the service whenever it exits (its state is lost, see
+:mod:`app.http.machine_counters`); :meth:`Service.stop` (at the supervisor's exit) ends it
+and removes the directory; killed with the supervisor, the service exits on its own within
+0.5 s (it watches its parent).  The same process relays the workers'
+``/metrics`` (:mod:`app.http.machine_metrics`, ``OCMGW_METRICS_SOCKET``); with ``[redis] url``
+that relay is all it is started for (Redis counts and signals between replicas).  Without
+Redis it also holds the machine's replica gates (:mod:`app.engine.gate_hub`: each bounded
+upstream replica's slots for all the workers; ``gates.sock``, in ``OCMGW_GATES_SOCKET``, the
+worker count in ``OCMGW_WORKER_COUNT``).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import threading
 import time
 
 from app.config import GatewayConfig
+from app.engine.gate_hub import GATES_ENV, WORKERS_ENV
 from app.engine.signal_hub import SIGNALS_ENV
 from app.http.machine_counters import SOCKET_ENV
+from app.http.machine_metrics import METRICS_ENV
 
 READY_TIMEOUT = 10.0
 RESTART_GRACE = 0.5  # a restarted service's first seconds: the workers re-register their slots
@@ -41,6 +48,9 @@ class Service:
         self.directory = tempfile.mkdtemp(prefix="ocm-gateway-limits-")  # 0700
         self.path = os.path.join(self.directory, "counters.sock")
         self.signals = os.path.join(self.directory, "signals.sock")  # the signal hub, same process
+        self.metrics = os.path.join(self.directory, "metrics.sock")  # the /metrics relay, same process
+        self.gates = os.path.join(self.directory, "gates.sock")  # the replica gates, same process
+        self.hub = True  # False with Redis: Redis carries the signals, the relay alone is used
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._started = 0.0
@@ -50,7 +60,9 @@ class Service:
     def _spawn(self, grace: float = 0.0) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.http.machine_counters", self.path, str(self.lease_seconds),
-             str(os.getpid()), str(grace), self.signals], start_new_session=True)
+             str(os.getpid()), str(grace), self.signals if self.hub else "", self.metrics,
+             self.gates if self.hub else ""],
+            start_new_session=True)
         self._started = time.monotonic()
         deadline = self._started + READY_TIMEOUT
         while time.monotonic() < deadline and self.process.poll() is None and not self._stopping.is_set():
@@ -102,11 +114,16 @@ class Service:
 def start(workers: int, cfg: GatewayConfig) -> Service | None:
     """The counter service for ``workers`` workers of ``cfg`` (None when not needed), running,
     its socket in the environment the workers will inherit, stopped at exit."""
-    if workers <= 1 or cfg.redis.url:
+    if workers <= 1:
         return None
     service = Service(cfg.redis.lease_seconds)
+    service.hub = not cfg.redis.url
     service.start()
-    os.environ[SOCKET_ENV] = service.path
-    os.environ[SIGNALS_ENV] = service.signals
+    if not cfg.redis.url:  # with Redis, Redis counts and signals; the workers' /metrics still merge
+        os.environ[SOCKET_ENV] = service.path
+        os.environ[SIGNALS_ENV] = service.signals
+        os.environ[GATES_ENV] = service.gates  # each bounded replica's slots: one bound for all
+        os.environ[WORKERS_ENV] = str(workers)
+    os.environ[METRICS_ENV] = service.metrics
     atexit.register(service.stop)
     return service

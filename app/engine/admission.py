@@ -18,7 +18,9 @@ for llama.cpp the replica's ``/props`` ``total_slots`` plus ``inflight_margin``:
 the first request (which waits for it), then again in the background after a failure of the
 replica (a restart may bring other slots) and every :attr:`ReplicaGate.RECHECK` seconds.  A
 replica that reports no slots is not bounded.  :func:`bound_replicas` puts the gates on a
-backend's replicas.
+backend's replicas; with ``serve --workers N`` and no Redis they are
+:class:`app.engine.machine_gate.MachineGate`, the same gate with its slots taken for the whole
+machine.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ class Admission:
     def _retry_after(self) -> float:
         return max(1.0, min(self.queue_timeout, 1.0 + self.queued / max(1, self.max_inflight)))
 
-    async def acquire(self) -> None:
+    async def acquire(self, wait: float | None = None) -> None:
         """Wait for a generation slot (FIFO); :class:`Overloaded` when the queue is full or
-        the wait exceeds ``queue_timeout``. Every successful acquire needs one :meth:`release`."""
+        the wait exceeds ``wait`` seconds (default ``queue_timeout``). Every successful acquire
+        needs one :meth:`release`."""
         if self.inflight < self.max_inflight and not self._waiters:
             self.inflight += 1
             return
@@ -76,7 +79,7 @@ class Admission:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout)
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout if wait is None else wait)
         except TimeoutError:
             if waiter.done() and not waiter.cancelled():
                 return  # granted in the same instant the wait ran out: keep the slot
@@ -98,6 +101,11 @@ class Admission:
     def _rejected(self) -> None:
         if self.on_reject is not None:
             self.on_reject()
+
+    def take(self) -> None:
+        """Count a slot granted elsewhere (the machine's gate), whatever the bound; released as
+        any other."""
+        self.inflight += 1
 
     def release(self) -> None:
         """Free a slot: hand it to the oldest live waiter, or count it free (always the latter
@@ -153,6 +161,11 @@ class ReplicaGate:
         return queue.max_inflight < UNBOUNDED and (queue.queued > 0 or queue.inflight >= queue.max_inflight)
 
     async def acquire(self) -> None:
+        await self.ready()
+        await self.queue.acquire()
+
+    async def ready(self) -> None:
+        """The slot count read when due (the first time, waited for)."""
         if self._read is not None:
             due = self._checked is None or self._stale or (
                 time.monotonic() - self._checked >= self._recheck)
@@ -160,7 +173,6 @@ class ReplicaGate:
                 await asyncio.shield(self._start_reading())  # never read: a burst must wait for it
             elif due:
                 self._start_reading()  # meanwhile the bound read last holds
-        await self.queue.acquire()
 
     def release(self, failed: bool = False) -> None:
         if failed:
@@ -186,21 +198,26 @@ class ReplicaGate:
         bound = slots + self._margin
         log.info("backend %s: %d slots, at most %d generations in flight to it", self.url, slots, bound)
         self.slots = slots
+        self._resize(bound)
+
+    def _resize(self, bound: int) -> None:
         self.queue.resize(bound)
 
 
 def bound_replicas(pool: ReplicaPool, gates: dict[str, ReplicaGate], *, fixed: int | None,
                    read_slots: SlotReader | None, margin: int, max_queue: int,
-                   queue_timeout: float) -> None:
+                   queue_timeout: float, make: Callable[..., ReplicaGate] = ReplicaGate,
+                   ) -> None:
     """Give each replica of ``pool`` its gate (one per URL in ``gates``, shared with other
     models naming the same URL, the first one's settings winning); nothing without ``fixed``
-    or ``read_slots`` (the replicas keep no bound, as before)."""
+    or ``read_slots`` (the replicas keep no bound, as before).  ``make`` builds a gate (the
+    machine's, :class:`app.engine.machine_gate.MachineGate`, with more than one worker)."""
     if fixed is None and read_slots is None:
         return
     for replica in pool.replicas:
         gate = gates.get(replica.url)
         if gate is None:
-            gate = gates[replica.url] = ReplicaGate(
+            gate = gates[replica.url] = make(
                 replica.url, fixed=fixed, read_slots=read_slots, margin=margin,
                 max_queue=max_queue, queue_timeout=queue_timeout)
         replica.gate = gate

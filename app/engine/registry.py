@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from importlib.resources import files
@@ -22,6 +23,7 @@ from adapters.vllm import VLLMBackend
 from app.config import GatewayConfig, ModelConfig, UpstreamSettings
 from app.core.conversation import GenerationParams
 from app.core.errors import InvalidRequest, ModelNotFound
+from app.engine import machine_gate
 from app.engine.admission import Admission, ReplicaGate, bound_replicas
 from app.engine.generation import ModelRoute
 from app.formats.catalog import (
@@ -130,6 +132,10 @@ class Registry:
         self.admission = admission or Admission(lim.max_inflight or config.upstream.max_connections,
                                                 lim.max_queue, lim.queue_timeout)
         self.gates: dict[str, ReplicaGate] = {}  # per upstream URL: its bound (max_inflight)
+        # serve --workers N without Redis: each replica's slots are the machine's (gate service)
+        self.gate_client = machine_gate.from_environment()
+        make = (functools.partial(machine_gate.MachineGate, client=self.gate_client)
+                if self.gate_client is not None else ReplicaGate)
         for name, cfg in config.models.items():
             backend = make_backend(name, cfg, client, config.upstream)
             pool = getattr(backend, "pool", None)
@@ -137,7 +143,7 @@ class Registry:
                 bound_replicas(pool, self.gates, fixed=cfg.max_inflight,
                                read_slots=getattr(backend, "total_slots", None),
                                margin=cfg.inflight_margin, max_queue=lim.max_queue,
-                               queue_timeout=lim.queue_timeout)
+                               queue_timeout=lim.queue_timeout, make=make)
             self.routes[name] = ModelRoute(
                 name=name,
                 backend=backend,

@@ -27,7 +27,10 @@ Contract:
   start empty after a restart (a key may get up to one more minute's requests then).
 * The service exits when the process that started it (``parent``) is gone.
 * The same process serves the machine's signal hub (:mod:`app.engine.signal_hub`: cancels,
-  upstream cooldowns, background runs' live events) on a socket of its own, when given one.
+  upstream cooldowns, background runs' live events) on a socket of its own, when given one,
+  and the workers' ``/metrics`` relay (:mod:`app.http.machine_metrics`) on a third, and the
+  machine's replica gates (:mod:`app.engine.gate_hub`: llama.cpp's slots, ``[models.X]
+  max_inflight``, one bound for all the workers) on a fourth.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from collections.abc import Callable
 
 import orjson
 
-from app.engine import signal_hub
+from app.engine import gate_hub, signal_hub
+from app.http import machine_metrics
 from app.http.counters import Budget, CountersUnavailable, LocalCounters, RateLimited, _refusal, unlimited
 
 log = logging.getLogger("ocm_gateway")
@@ -142,7 +146,8 @@ def _text(value: object) -> str:
 
 
 async def serve(path: str, lease_seconds: float, parent: int | None = None, grace: float = 0.0,
-                ready: Callable[[], None] | None = None, signals: str | None = None) -> None:
+                ready: Callable[[], None] | None = None, signals: str | None = None,
+                metrics: str | None = None, gates: str | None = None) -> None:
     """Serve the counters on ``path`` until cancelled or ``parent`` has exited; for the first
     ``grace`` seconds (a restart) admissions are answered "unavailable" while the workers,
     which reconnect at once, re-register the slots they hold.  With ``signals``, the machine's
@@ -150,6 +155,8 @@ async def serve(path: str, lease_seconds: float, parent: int | None = None, grac
     accepting means both are up)."""
     counters = LocalCounters(lease_seconds)
     hub_server, hub = await signal_hub.listen(signals) if signals else (None, None)
+    relay_server = (await machine_metrics.listen(metrics))[0] if metrics else None  # /metrics
+    gates_server = (await gate_hub.listen(gates, grace))[0] if gates else None  # replica slots
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a socket left by a service that was killed
     loop = asyncio.get_running_loop()
@@ -169,6 +176,14 @@ async def serve(path: str, lease_seconds: float, parent: int | None = None, grac
                 counters.sweep(time.monotonic())
     finally:
         server.close()
+        if gates_server is not None and gates:
+            gates_server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(gates)
+        if relay_server is not None and metrics:
+            relay_server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(metrics)
         if hub_server is not None and signals:
             hub_server.close()
             with contextlib.suppress(FileNotFoundError):
@@ -355,13 +370,17 @@ def from_environment(lease_seconds: float = 900.0) -> MachineCounters | None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m app.http.machine_counters SOCKET LEASE_SECONDS PARENT_PID [GRACE [SIGNALS]]``."""
+    """``python -m app.http.machine_counters SOCKET LEASE_SECONDS PARENT_PID [GRACE [SIGNALS [METRICS
+    [GATES]]]]`` (SIGNALS or GATES empty: no signal hub, no replica gates)."""
     path, lease_seconds, parent = argv[0], float(argv[1]), int(argv[2])
     grace = float(argv[3]) if len(argv) > 3 else 0.0
-    signals = argv[4] if len(argv) > 4 else None
+    signals = argv[4] if len(argv) > 4 and argv[4] else None
+    metrics = argv[5] if len(argv) > 5 and argv[5] else None  # the workers' /metrics relay (machine_metrics)
+    gates = argv[6] if len(argv) > 6 and argv[6] else None  # the replica gates (gate_hub)
     logging.basicConfig(level=logging.WARNING, format="ocm-gateway limits service: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(path, lease_seconds, parent, grace, signals=signals))
+        asyncio.run(serve(path, lease_seconds, parent, grace, signals=signals, metrics=metrics,
+                              gates=gates))
     return 0
 
 

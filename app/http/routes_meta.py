@@ -14,6 +14,7 @@ from app.engine.registry import Registry
 from app.http.anthropic import model_object, model_page
 from app.http.auth import check_model, may_use
 from app.http.body import GatewayRoute
+from app.http.machine_metrics import MachineMetrics
 from app.http.responses import JSONResponse
 
 router = APIRouter(route_class=GatewayRoute)
@@ -44,6 +45,11 @@ async def ready(request: Request) -> Response:
 
 @router.get("/metrics")
 async def prometheus_metrics(request: Request) -> Response:
+    # this process's registry; with serve --workers N, every worker's counts added up
+    # (app/http/machine_metrics.py)
+    machine: MachineMetrics | None = getattr(request.app.state, "machine_metrics", None)
+    if machine is not None:
+        return Response(await machine.render(), media_type=CONTENT_TYPE_LATEST)
     data = generate_latest(request.app.state.metrics.registry)
     return Response(data, media_type=CONTENT_TYPE_LATEST)
 

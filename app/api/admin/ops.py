@@ -17,6 +17,7 @@ from app.api.admin.auth import require_admin
 from app.core.errors import InvalidRequest, NotFound
 from app.engine.engine import Engine
 from app.engine.registry import Registry
+from app.http.machine_metrics import run_rows
 from app.http.usage import UsageRecorder
 from app.stores.accounts import AccountStore, UsageRow
 
@@ -115,11 +116,11 @@ async def models(request: Request) -> Json:
 
 @router.get("/runs")
 async def runs(request: Request) -> Json:
-    engine: Engine = request.app.state.engine
-    now = time.time()
-    data = [{"id": run.id, "model": run.model, "key": run.owner.tenant or None, "mode": run.mode,
-             "age_seconds": round(now - run.started_at, 1), "tokens_so_far": run.chunks}
-            for run in list(engine.runs.values())]
+    machine = getattr(request.app.state, "machine_metrics", None)
+    if machine is not None:  # serve --workers N: every worker's runs (app/http/machine_metrics.py)
+        data, _, _ = await machine.view("runs")
+    else:
+        data = run_rows(request.app.state.engine)
     return {"object": "list", "data": sorted(data, key=lambda r: -float(r["age_seconds"]))}
 
 

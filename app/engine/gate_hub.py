@@ -1,0 +1,223 @@
+"""The machine's replica gates: one bound per upstream replica for every worker of one machine
+(``serve --workers N`` without Redis).
+
+A bounded replica (llama.cpp's ``/props`` ``total_slots``, or ``[models.X] max_inflight``) is
+sent at most its bound of generations at once, however many workers send them.  The slots live
+here, inside the machine's counter service process (:mod:`app.http.machine_counters`), on a
+socket of its own (``gates.sock`` in the same 0700 directory, path in ``OCMGW_GATES_SOCKET``);
+each worker keeps one connection (:class:`app.engine.machine_gate.GateClient`).  One event loop
+decides, so two workers never both take a replica's last slot.
+
+The wire: one JSON array a line, in order on each connection.
+
+* ``["q", id, url, bound, max_queue]`` acquire one of ``url``'s slots (``bound``: the asking
+  worker's bound for it, which becomes the replica's).  Answered ``[id, 0, busy]`` when granted
+  (at once, or later), ``[id, 1, busy]`` when queued (the grant follows as ``[id, 0, busy]``),
+  ``[id, 2, busy]`` when refused: ``max_queue`` requests already wait.  Waiters are granted
+  first come, first served.  ``busy`` is 1 when, after the decision, every slot is taken or
+  someone waits.
+* ``["r", id]`` release: the slot ``id`` holds is freed, or its place in the queue given up
+  (a client that left, or a wait that ran out); unknown ids are ignored, so a release that
+  crosses a grant on the wire frees the slot just granted.  Not answered.
+* ``["h", id, url]`` hold: a slot the worker holds is registered again (a restarted service,
+  or one taken while the service was away).  Not answered.
+* ``["p", id]`` ping, answered ``[id, 0, 0]``: a worker checks the service answers before it
+  uses it again.
+* A connection that closes frees every slot it held and its places in the queues at once
+  (a worker killed mid-generation).
+* A restarted service grants nothing for its first ``grace`` seconds (it queues) while the
+  workers, reconnecting, register the slots they still hold.
+
+A line over :data:`MAX_LINE` or one that does not parse closes its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+import orjson
+
+from app.engine.signal_hub import split_lines
+
+log = logging.getLogger("ocm_gateway")
+GATES_ENV = "OCMGW_GATES_SOCKET"
+WORKERS_ENV = "OCMGW_WORKER_COUNT"  # serve's worker count: each one's share of a bound without the service
+MAX_LINE = 64 * 1024
+GRANTED, QUEUED, REFUSED = 0, 1, 2
+UNKNOWN_BOUND = 1 << 30  # a replica only held so far (registered again), its bound not yet told
+
+
+class _Slots:
+    """One replica: its bound, the slots taken and the requests waiting (in order)."""
+
+    __slots__ = ("bound", "held", "waiting")
+
+    def __init__(self) -> None:
+        self.bound = UNKNOWN_BOUND
+        self.held: set[tuple[_Peer, int]] = set()
+        self.waiting: dict[tuple[_Peer, int], None] = {}  # insertion order: first come first
+
+    @property
+    def busy(self) -> int:
+        return 1 if self.waiting or len(self.held) >= self.bound else 0
+
+
+class GateHub:
+    """Every replica's slots (see the module docstring)."""
+
+    def __init__(self, grace: float = 0.0) -> None:
+        self.replicas: dict[str, _Slots] = {}
+        self.grace_until = time.monotonic() + grace if grace > 0 else 0.0
+
+    def protocol(self) -> _Peer:
+        return _Peer(self)
+
+    def _slots(self, url: str) -> _Slots:
+        slots = self.replicas.get(url)
+        if slots is None:
+            slots = self.replicas[url] = _Slots()
+        return slots
+
+    def _deciding(self) -> bool:
+        if self.grace_until and time.monotonic() < self.grace_until:
+            return False
+        self.grace_until = 0.0
+        return True
+
+    def ask(self, peer: _Peer, ident: int, url: str, bound: int, max_queue: int) -> int:
+        slots = self._slots(url)
+        if bound != slots.bound:
+            slots.bound = bound
+            self._pump(slots)  # more room: the oldest waiters first
+        deciding = self._deciding()
+        if deciding and not slots.waiting and len(slots.held) < slots.bound:
+            slots.held.add((peer, ident))
+            peer.owned[ident] = url
+            return GRANTED
+        if len(slots.waiting) >= max_queue:
+            return REFUSED
+        slots.waiting[(peer, ident)] = None
+        peer.owned[ident] = url
+        return QUEUED
+
+    def hold(self, peer: _Peer, ident: int, url: str) -> None:
+        slots = self._slots(url)
+        slots.waiting.pop((peer, ident), None)
+        slots.held.add((peer, ident))
+        peer.owned[ident] = url
+
+    def release(self, peer: _Peer, ident: int) -> None:
+        url = peer.owned.pop(ident, None)
+        if url is None:
+            return
+        slots = self.replicas[url]
+        slots.held.discard((peer, ident))
+        slots.waiting.pop((peer, ident), None)
+        self._pump(slots)
+
+    def gone(self, peer: _Peer) -> None:
+        """A connection closed: its slots and places are freed, others get them."""
+        touched = set()
+        for ident, url in peer.owned.items():
+            slots = self.replicas[url]
+            slots.held.discard((peer, ident))
+            slots.waiting.pop((peer, ident), None)
+            touched.add(url)
+        peer.owned.clear()
+        for url in touched:
+            self._pump(self.replicas[url])
+
+    def pump(self) -> None:
+        """Grant what can be granted on every replica (the end of a restart's grace)."""
+        for slots in self.replicas.values():
+            self._pump(slots)
+
+    def _pump(self, slots: _Slots) -> None:
+        if not slots.waiting or not self._deciding():
+            return
+        while slots.waiting and len(slots.held) < slots.bound:
+            key = next(iter(slots.waiting))
+            del slots.waiting[key]
+            slots.held.add(key)
+            peer, ident = key
+            peer.answer(ident, GRANTED, slots.busy)
+
+
+class _Peer(asyncio.Protocol):
+    """One worker's connection."""
+
+    def __init__(self, hub: GateHub) -> None:
+        self.hub = hub
+        self.owned: dict[int, str] = {}  # id -> url: slots held and places in queues
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def answer(self, ident: int, kind: int, busy: int) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"[%d,%d,%d]\n" % (ident, kind, busy))
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        lines = split_lines(self.buffer, data, MAX_LINE)
+        try:
+            if lines is None:
+                raise ValueError("line too long")
+            for line in lines:
+                self._handle(orjson.loads(line))
+        except (ValueError, TypeError, IndexError, KeyError):
+            log.warning("gates: a malformed line; closing that connection")
+            self.transport.close()
+
+    def _handle(self, msg: list[object]) -> None:
+        op, ident = msg[0], _int(msg[1])
+        hub = self.hub
+        if op == "q":
+            url, bound, max_queue = _text(msg[2]), _int(msg[3]), _int(msg[4])
+            if bound < 1:
+                raise ValueError(bound)
+            kind = hub.ask(self, ident, url, bound, max_queue)
+            self.answer(ident, kind, hub.replicas[url].busy)
+        elif op == "r":
+            hub.release(self, ident)
+        elif op == "h":
+            hub.hold(self, ident, _text(msg[2]))
+        elif op == "p":
+            self.answer(ident, GRANTED, 0)
+        else:
+            raise ValueError(op)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.hub.gone(self)
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(value)
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+async def listen(path: str, grace: float = 0.0) -> tuple[asyncio.Server, GateHub]:
+    """The machine's gates listening on ``path`` (mode 0600); a restarted service's ``grace``."""
+    hub = GateHub(grace)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a socket left by a service that was killed
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(hub.protocol, path)
+    os.chmod(path, 0o600)
+    if grace > 0:
+        loop.call_later(grace + 0.01, hub.pump)
+    return server, hub
