@@ -3,7 +3,7 @@
 Used while a request waits for its first upstream event (both APIs, streaming or not) and
 for whole non-streaming answers: the upstream generation is cancelled (its connection
 closed) as soon as the client goes away, instead of running to the end or being retried.
-Once a stream has started, sse-starlette's disconnect listener does the same.
+Once a stream has started, the SSE sender's watcher does the same (app/http/sse_send.py).
 """
 
 from __future__ import annotations

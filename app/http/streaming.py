@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -18,11 +18,12 @@ from app.core.errors import ServerShutdown
 from app.engine.run import Run, Streamable
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
-from app.http.shutdown import Drain, drained
 from app.http.sse import DONE
+from app.http.sse_send import SSEStream
 
 Frame = Callable[[dict[str, Any]], bytes]
 PING_SECONDS = 15.0  # keep-alive interval of SSE streams
+SETTLE_SECONDS = 1.0  # a stream cut short waits this long at most for its run's end
 
 
 async def _framed(batches: AsyncIterator[list[dict[str, Any]]], frame: Frame,
@@ -43,17 +44,18 @@ def sse_response(run: Streamable, frame: Frame, grace: float, *, done: bytes | N
                  ping: Callable[[], ServerSentEvent] | None = None) -> Response:
     """``done``: the sentinel after the last event (None: none, Anthropic's stream); ``ping``:
     the keep-alive sent every :data:`PING_SECONDS` (default: an SSE comment; Anthropic's: a
-    ``ping`` event)."""
-    drain = Drain(grace)
-
+    ``ping`` event).  Shutdown: ``grace`` seconds more, then the run is stopped with
+    ``server_shutdown`` (:mod:`app.http.sse_send`)."""
     def stop() -> None:
         run.stop(ServerShutdown("The gateway is shutting down; the answer was cut short."))
 
-    return EventSourceResponse(_framed(drained(run.frames().batched(), drain, stop), frame, done),
-                               ping=PING_SECONDS, ping_message_factory=ping, sep="\n",
-                               shutdown_event=drain.event,
-                               shutdown_grace_period=drain.grace + 5,
-                               headers={"x-accel-buffering": "no", "cache-control": "no-cache"})
+    async def settle() -> None:  # a run cut short has charged its tokens when the response returns
+        assert isinstance(run, Run)
+        await run.finished(SETTLE_SECONDS)
+
+    return SSEStream(run.frames().batched(), frame, grace=grace, stop=stop, done=done,
+                     ping_seconds=PING_SECONDS, ping=ping,
+                     settle=settle if isinstance(run, Run) else None)
 
 
 def jsonlines_response(run: Streamable, frame: Frame) -> Response:
