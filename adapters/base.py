@@ -170,6 +170,10 @@ def token_ids(value: Any, backend: str) -> tuple[int, ...]:
     floats, strings or nulls). Anything else is a protocol error of the backend."""
     if value is None:
         return ()
+    if type(value) is list and len(value) == 1:  # one token an event, the usual stream
+        only = value[0]
+        if type(only) is int and 0 <= only < MAX_TOKEN_ID:
+            return (only,)
     if not isinstance(value, list) or not all(
             type(t) is int and 0 <= t < MAX_TOKEN_ID for t in value):
         raise UpstreamError(f"{backend} sent invalid token ids: {str(value)[:80]}",

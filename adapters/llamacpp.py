@@ -65,6 +65,10 @@ def event_to_chunk(event: dict[str, Any]) -> Chunk:
         msg = err.get("message", "unknown error") if isinstance(err, dict) else str(err)
         raise UpstreamError(f"llama.cpp reported an error mid-stream: {msg}")
     probs = event.get("completion_probabilities")
+    if not probs and not event.get("stop"):  # a token mid-stream, the usual event
+        content = event.get("content", "")
+        return Chunk(content if type(content) is str else str(content),
+                     token_ids(event.get("tokens"), "llama.cpp"))
     chunk_finish: Finish | None = None
     usage: Usage | None = None
     if event.get("stop"):

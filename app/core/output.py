@@ -67,7 +67,7 @@ class ToolCallChunk:
     arguments: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Chunk:
     """One piece of backend output: text, the token ids behind it, and metadata.
 
@@ -84,3 +84,23 @@ class Chunk:
     usage: Usage | None = None
     reasoning: str = ""
     tool_calls: tuple[ToolCallChunk, ...] = ()
+
+    def __init__(self, text: str = "", token_ids: tuple[int, ...] = (),
+                 logprobs: tuple[TokenLogprob, ...] | None = None, finish: Finish | None = None,
+                 usage: Usage | None = None, reasoning: str = "",
+                 tool_calls: tuple[ToolCallChunk, ...] = ()) -> None:
+        # The dataclass's own __init__ of a frozen class calls object.__setattr__ by name for
+        # each field; the slots' setters are a third cheaper (a chunk per upstream token).
+        # Same parameters, order and defaults as the fields (tests/unit/core/test_output_chunk.py).
+        _SET_TEXT(self, text)
+        _SET_TOKEN_IDS(self, token_ids)
+        _SET_LOGPROBS(self, logprobs)
+        _SET_FINISH(self, finish)
+        _SET_USAGE(self, usage)
+        _SET_REASONING(self, reasoning)
+        _SET_TOOL_CALLS(self, tool_calls)
+
+
+(_SET_TEXT, _SET_TOKEN_IDS, _SET_LOGPROBS, _SET_FINISH, _SET_USAGE, _SET_REASONING,
+ _SET_TOOL_CALLS) = (Chunk.__dict__[name].__set__ for name in (
+    "text", "token_ids", "logprobs", "finish", "usage", "reasoning", "tool_calls"))

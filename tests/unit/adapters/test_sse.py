@@ -42,3 +42,61 @@ def test_recorded_llamacpp_stream_bytewise() -> None:
     decoder = SSEDecoder()
     got = [ev for i in range(len(body)) for ev in decoder.decode(body[i:i + 1])]
     assert got + decoder.flush() == expected
+
+
+# --- the run of one-line ``data: `` events taken whole: same events as line by line ---------
+
+class _LineByLine(SSEDecoder):
+    """The decoder without its fast path: every line through ``_line`` (the reference)."""
+
+    def decode(self, chunk: bytes) -> list[str]:
+        buf = self._buffer + chunk
+        events: list[str] = []
+        pos = 0
+        size = len(buf)
+        while True:
+            ends = [i for i in (buf.find(b"\r", pos), buf.find(b"\n", pos)) if i >= 0]
+            if not ends:
+                break
+            end = min(ends)
+            if buf[end:end + 1] == b"\r":
+                if end + 1 == size:
+                    break  # may be the first half of \r\n
+                step = 2 if buf[end + 1:end + 2] == b"\n" else 1
+            else:
+                step = 1
+            event = self._line(buf[pos:end])
+            pos = end + step
+            if event is not None:
+                events.append(event)
+        self._buffer = buf[pos:]
+        return events
+
+
+_PIECES = [b"data: ", b"data:", b"data: {\"a\": 1}", b"x", b"\xc3\xa9", b"\xff", b"\n", b"\n\n",
+           b"\r\n", b": ping", b"event: e", b"id: 3", b" ", b"data: [DONE]"]
+
+
+def _run(decoder: SSEDecoder, data: bytes, cuts: list[int]) -> list[str]:
+    out: list[str] = []
+    prev = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        out += decoder.decode(data[prev:cut])
+        prev = cut
+    return out + decoder.flush()
+
+
+def test_fast_path_matches_line_by_line_on_random_streams() -> None:
+    rng = random.Random(40)
+    for _ in range(3000):
+        data = b"".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 25)))
+        cuts = [rng.randint(0, len(data)) for _ in range(rng.randint(0, 4))]
+        assert _run(SSEDecoder(), data, cuts) == _run(_LineByLine(), data, cuts), (data, cuts)
+
+
+def test_fast_path_events() -> None:
+    body = b'data: {"a":1}\n\ndata:  two spaces\n\ndata: \xff\n\ndata: x\ndata: y\n\ndata: tail'
+    assert _run(SSEDecoder(), body, []) == ['{"a":1}', " two spaces", "\ufffd", "x\ny", "tail"]
+    # an event cut anywhere, even inside "data: " or between its two newlines
+    for i in range(len(body) + 1):
+        assert _run(SSEDecoder(), body, [i]) == _run(_LineByLine(), body, [i]), i

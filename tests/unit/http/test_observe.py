@@ -113,3 +113,54 @@ def test_route_labels_are_bounded() -> None:
     assert _route({"path": "/v1/conversations"}) == "/v1/conversations"
     assert _route({"path": "/v1/responses/resp_1/input_items"}) == "/v1/responses/{id}/input_items"
     assert _route({"path": "/v1/anything/else"}) == "other"
+
+
+def test_metric_children_cached_per_metric_and_label_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached ``labels()`` children: one per metric and full label set (a key's counts
+    never land on another key's or another metric's series), bounded, and what
+    ``labels()`` itself returns."""
+    from app import metrics as m
+    from app.http import observe
+
+    metrics = m.Metrics()
+    mw = observe.ObserveMiddleware(lambda *a: None, metrics)  # type: ignore[arg-type, return-value]
+    carol = mw._child(metrics.key_requests, "carol", "200")
+    assert carol is metrics.key_requests.labels("carol", "200")
+    assert mw._child(metrics.key_requests, "carol", "200") is carol
+    dave = mw._child(metrics.key_requests, "dave", "200")
+    assert dave is not carol and dave is metrics.key_requests.labels("dave", "200")
+    assert mw._child(metrics.key_requests, "carol", "429") is not carol
+    # the same label values on another metric are another series
+    assert mw._child(metrics.key_tokens, "carol", "m", "in") is not mw._child(
+        metrics.key_tokens, "carol", "m", "out")
+    carol.inc(2)
+    dave.inc(5)
+    text = __import__("prometheus_client").generate_latest(metrics.registry).decode()
+    assert _value(text, "ocm_key_requests_total", key="carol", status="200") == 2
+    assert _value(text, "ocm_key_requests_total", key="dave", status="200") == 5
+    monkeypatch.setattr(observe, "CHILDREN_CACHED", 3)
+    for i in range(10):
+        mw._child(metrics.key_requests, f"k{i}", "200").inc()
+        assert len(mw._children) <= 3
+    assert mw._child(metrics.key_requests, "carol", "200") is carol  # prometheus kept it
+
+
+async def test_two_keys_alternating_keep_their_own_counts() -> None:
+    import hashlib
+
+    from app.config import GatewayConfig
+    from tests.support.gateway import config
+
+    keys = {"carol": "sk-carol-secret", "dave": "sk-dave-secret"}
+    cfg = GatewayConfig.model_validate({**config().model_dump(), "auth": {"keys": [
+        {"name": n, "sha256": hashlib.sha256(s.encode()).hexdigest()} for n, s in keys.items()]}})
+    async with gateway(Replay("03a_completion_tokenids_stream").transport(), cfg) as c:
+        for name in ("carol", "dave", "carol", "carol", "dave", "carol"):
+            r = await c.post("/v1/chat/completions", json=CHAT,
+                             headers={"authorization": f"Bearer {keys[name]}"})
+            assert r.status_code == 200
+        text = (await c.get("/metrics")).text
+    assert _value(text, "ocm_key_requests_total", key="carol", status="200") == 4
+    assert _value(text, "ocm_key_requests_total", key="dave", status="200") == 2
+    assert _value(text, "ocm_key_tokens_total", key="carol", model=MODEL, direction="out") == 44
+    assert _value(text, "ocm_key_tokens_total", key="dave", model=MODEL, direction="out") == 22
