@@ -3,8 +3,8 @@
 Resolution order (later wins): built-in defaults → TOML file (``--config`` or
 ``OCMGW_CONFIG``) → generic overrides ``OCMGW__a__b__c=value`` (path segments
 separated by ``__``, value parsed as JSON when it parses, else a string) →
-convenience variables ``OCMGW_HOST``, ``OCMGW_PORT``, ``OCMGW_API_KEYS`` (comma-separated
-keys, hashed on load) and, to define one model
+convenience variables ``OCMGW_HOST``, ``OCMGW_PORT``, ``OCMGW_WORKERS`` (``auto`` or a count),
+``OCMGW_API_KEYS`` (comma-separated keys, hashed on load) and, to define one model
 without a file, ``OCMGW_MODEL`` + ``OCMGW_BACKEND_URL`` (comma-separated) with
 optional ``OCMGW_BACKEND`` (default ``llamacpp``) and ``OCMGW_CONTEXT_WINDOW``.
 
@@ -515,6 +515,10 @@ class GatewayConfig(_Strict):
 
     host: str = Field(default="127.0.0.1", description="The address to listen on.")
     port: int = Field(default=8000, description="The port to listen on.")
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(default=1, description=(
+        "Worker processes of `ocm-gateway serve` (what `--workers` sets; `OCMGW_WORKERS` too, "
+        "the flag first): a count, or \"auto\" for the CPUs the process may use (1 with a "
+        ":memory: store or --embedded)."))
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     files: FilesSettings = FilesSettings()
@@ -597,6 +601,9 @@ def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         data["host"] = env["OCMGW_HOST"]
     if "OCMGW_PORT" in env:
         data["port"] = int(env["OCMGW_PORT"])
+    if env.get("OCMGW_WORKERS", "").strip():  # "auto" (any case) or a count; checked by the model
+        raw = env["OCMGW_WORKERS"].strip()
+        data["workers"] = "auto" if raw.lower() == "auto" else _parse_value(raw)
     plain_keys = [k.strip() for k in env.get("OCMGW_API_KEYS", "").split(",") if k.strip()]
     if plain_keys:
         keys = data.setdefault("auth", {}).setdefault("keys", [])

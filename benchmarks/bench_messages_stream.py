@@ -1,6 +1,9 @@
 """Per-event cost of a stream's encoder and SSE framing: Chat Completions against Anthropic's
 Messages (its dicts framed by ``typed_event``, and, where the tree has it, the pre-encoded
-``wire=True`` frames of :mod:`app.api.messages.wire`).  No network: a Harmony answer (analysis
+``wire=True`` frames of :mod:`app.api.messages.wire`) and Responses (named events; where the
+tree has them, the pre-encoded frames of :mod:`app.api.chat.wire` and
+:mod:`app.api.responses.wire` as ``chat_wire`` / ``responses_wire``, each checked byte for byte
+against its generic stream).  No network: a Harmony answer (analysis
 and final) through the Harmony parser, then each encoder; the minimum over many repetitions,
 interleaved.  Run with a tree as the working directory (its ``app``):
 ``cd TREE && python -m benchmarks.bench_messages_stream [repetitions]`` (benchmarks/RESULTS.md).
@@ -15,10 +18,13 @@ from collections.abc import Callable
 from adapters.llamacpp import event_to_chunk
 from app.api.chat.encode import ChatEncoder
 from app.api.messages.encode import MessagesEncoder
+from app.api.responses.encode import ResponsesEncoder
 from app.core import events as ev
 from app.formats.harmony.parse import HarmonyEventParser
 from app.formats.harmony.vocab import harmony_encoding
-from app.http.sse import data_event, typed_event
+from app.http.sse import data_event, named_event, typed_event
+
+RESOURCE = {"id": "resp_x", "object": "response", "status": "in_progress", "output": []}
 
 
 def _events() -> list[ev.Event]:
@@ -46,7 +52,24 @@ def main(argv: list[str]) -> int:
         e = MessagesEncoder("msg_x", "gpt-oss-20b", lambda s: "sig")
         return [typed_event(p) for p in e.start()] + [typed_event(p) for x in events for p in e.encode(x)]
 
-    fns: dict[str, Callable[[], list[bytes]]] = {"chat": chat, "messages": messages}
+    def responses() -> list[bytes]:
+        e = ResponsesEncoder(dict(RESOURCE, output=[]))
+        return [named_event(p["type"], p) for p in e.start()] + [named_event(p["type"], p) for x in events
+                                                                  for p in e.encode(x)]
+
+    fns: dict[str, Callable[[], list[bytes]]] = {"chat": chat, "messages": messages, "responses": responses}
+    try:
+        from app.api.chat import wire as chat_wire
+    except ImportError:  # a tree without the pre-encoded chat stream
+        pass
+    else:
+        def chat_pre() -> list[bytes]:
+            e = ChatEncoder("chatcmpl-x", "gpt-oss-20b", 0, include_usage=False, logprobs=False, wire=True)
+            return [chat_wire.frame(p) for p in e.start()] + [chat_wire.frame(p) for x in events
+                                                               for p in e.encode(x)]
+
+        assert b"".join(chat_pre()) == b"".join(chat())
+        fns["chat_wire"] = chat_pre
     try:
         from app.api.messages import wire
     except ImportError:  # a tree without the pre-encoded stream
@@ -58,6 +81,19 @@ def main(argv: list[str]) -> int:
 
         assert b"".join(messages_wire()) == b"".join(messages())
         fns["messages_wire"] = messages_wire
+    try:
+        from app.api.responses import wire as responses_wire
+    except ImportError:  # a tree without the pre-encoded Responses stream
+        pass
+    else:
+        def responses_pre() -> list[bytes]:
+            e = ResponsesEncoder(dict(RESOURCE, output=[]), wire=True)
+            return [responses_wire.frame(p) for p in e.start()] + [responses_wire.frame(p) for x in events
+                                                                    for p in e.encode(x)]
+
+        generic, pre = b"".join(responses()), b"".join(responses_pre())
+        assert len(generic) == len(pre)  # item ids are random: same bytes but for them
+        fns["responses_wire"] = responses_pre
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(int(argv[0]) if argv else 400):
         for name, fn in fns.items():

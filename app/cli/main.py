@@ -18,8 +18,9 @@ import resource
 import sys
 
 import uvicorn
+from pydantic import ValidationError
 
-from app.cli import embedded, limits_service, workers
+from app.cli import embedded, limits_service, supervisor, workers
 from app.cli.errors import config_problem
 from app.cli.parser import build_parser, subparsers
 from app.config import load_config
@@ -31,7 +32,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.config:
         os.environ["OCMGW_CONFIG"] = os.path.abspath(args.config)
     if args.embedded:
-        if args.workers not in (1, workers.AUTO):
+        if args.workers not in (None, 1, workers.AUTO):
             print("ocm-gateway: --embedded runs in one process; use --workers 1", file=sys.stderr)
             return 2
         try:
@@ -60,14 +61,22 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ocm-gateway: {config_problem(args.config, exc)}", file=sys.stderr)
         return 2
+    except ValidationError as exc:  # a bad value: which key and why, not a traceback
+        print(f"ocm-gateway: invalid configuration: {exc}", file=sys.stderr)
+        return 2
     if not cfg.models:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
               "OCMGW_BACKEND_URL)", file=sys.stderr)
         return 2
-    count, why = workers.choose(args.workers, store_path=cfg.store.path, store_url=cfg.store.url,
-                                embedded=bool(args.embedded))
-    if args.workers == workers.AUTO:
-        print(f"ocm-gateway: --workers auto: {count} worker{'s' if count > 1 else ''} ({why})",
+    requested, source = workers.requested(args.workers, cfg.workers)
+    if args.embedded and requested not in (1, workers.AUTO):
+        print(f"ocm-gateway: --embedded runs in one process; {source} asks for {requested} workers",
+              file=sys.stderr)
+        return 2
+    count, why = workers.choose(requested, store_path=cfg.store.path, store_url=cfg.store.url,
+                                embedded=bool(args.embedded), source=source)
+    if requested == workers.AUTO:
+        print(f"ocm-gateway: {source} auto: {count} worker{'s' if count > 1 else ''} ({why})",
               file=sys.stderr)
     try:  # more than one worker without Redis: per-key limits counted once for the machine
         limits_service.start(count, cfg)
@@ -86,7 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
                                             "stream": "ext://sys.stderr"}
     log_config["loggers"]["ocm_gateway"] = {"handlers": ["json_lines"], "level": args.log_level.upper()
                                             if args.log_level != "trace" else "DEBUG", "propagate": False}
-    uvicorn.run(
+    supervisor.run(  # uvicorn.run; N workers under a supervisor patient with a slow worker
         "app.main:create_app_from_env",
         log_config=log_config,
         access_log=False,  # the gateway writes its own JSON access log (logger ocm_gateway.access)

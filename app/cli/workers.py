@@ -1,7 +1,9 @@
 """``ocm-gateway serve --workers N|auto``: how many worker processes, and why.
 
 :func:`parse_workers` is the option's argparse type: a positive integer or ``auto``.
-:func:`choose` turns it into a count and a one-line reason for the log.  ``auto`` is the
+:func:`requested` picks the flag, else ``OCMGW_WORKERS``, else the config's top-level ``workers``
+key, else 1 (the built-in default).  :func:`choose` turns it into a count and a one-line reason
+for the log.  ``auto`` is the
 number of CPUs this process may run on (:func:`available_cpus`: ``os.sched_getaffinity``,
 capped by the cgroup's CPU quota, ``/sys/fs/cgroup/cpu.max`` on cgroup v2 or
 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` on v1, rounded up), except 1 when the workers
@@ -22,6 +24,7 @@ import contextlib
 import math
 import os
 import resource
+from collections.abc import Mapping
 from pathlib import Path
 
 AUTO = "auto"
@@ -72,11 +75,26 @@ def available_cpus(root: Path = CGROUP_ROOT) -> tuple[int, str]:
     return max(1, affinity), source
 
 
+def requested(flag: int | str | None, configured: int | str,
+              env: Mapping[str, str] | None = None) -> tuple[int | str, str]:
+    """What was asked for and where: the flag, else ``OCMGW_WORKERS``, else the config file's
+    ``workers`` (``configured`` is the loaded config's value, the variable already applied),
+    else the default (1)."""
+    env = os.environ if env is None else env
+    if flag is not None:
+        return flag, "--workers"
+    if env.get("OCMGW_WORKERS", "").strip():
+        return configured, "OCMGW_WORKERS"
+    if configured != 1:
+        return configured, "config workers"
+    return 1, "the default"
+
+
 def choose(requested: int | str, *, store_path: str, store_url: str | None, embedded: bool,
-           cpus: tuple[int, str] | None = None) -> tuple[int, str]:
-    """(worker count, reason) for ``--workers requested``."""
+           cpus: tuple[int, str] | None = None, source: str = "--workers") -> tuple[int, str]:
+    """(worker count, reason) for ``requested`` (from ``source``)."""
     if requested != AUTO:
-        return int(requested), "--workers"
+        return int(requested), source
     if embedded:
         return 1, "--embedded runs one in-process llama.cpp"
     if store_url is None and store_path == ":memory:":

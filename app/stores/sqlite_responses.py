@@ -86,18 +86,24 @@ class SqliteResponseStore:
         if str(path) != ":memory:":
             path = await asyncio.to_thread(_prepare, Path(path))
         db = await aiosqlite.connect(str(path))
-        await configure(db)
-        await db.executescript(_SCHEMA)
-        async with db.execute("PRAGMA table_info(responses)") as cur:
-            columns = {row[1] for row in await cur.fetchall()}
-        if "owner" not in columns:  # a store from before tenancy: its rows belong to no key
-            await db.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
-        if "updated_at" not in columns:
-            await db.execute("ALTER TABLE responses ADD COLUMN updated_at REAL NOT NULL DEFAULT 0")
-        if "cancel_requested" not in columns:
-            await db.execute("ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL "
-                             "DEFAULT 0")
-        await db.commit()
+        try:
+            await configure(db)
+            await db.executescript(_SCHEMA)
+            # The columns are read and added under the file's write lock: worker processes
+            # opening an older store at once add each column once (the second waits, then finds it).
+            async with transaction(db):
+                async with db.execute("PRAGMA table_info(responses)") as cur:
+                    columns = {row[1] for row in await cur.fetchall()}
+                if "owner" not in columns:  # a store from before tenancy: its rows belong to no key
+                    await db.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                if "updated_at" not in columns:
+                    await db.execute("ALTER TABLE responses ADD COLUMN updated_at REAL NOT NULL DEFAULT 0")
+                if "cancel_requested" not in columns:
+                    await db.execute("ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL "
+                                     "DEFAULT 0")
+        except BaseException:
+            await db.close()  # its thread is not a daemon: left open, the process could not exit
+            raise
         return cls(db)
 
     @property

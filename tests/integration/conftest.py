@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fixtures import llama_final, llama_reasoning, llama_tool  # noqa: F401
-from tests.support.process import Running, free_port, healthy_process
+from tests.support.process import Running, free_port, healthy_process, launch_env
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def write_config(path: Path, models: dict[str, str], store: Path) -> Path:
 def run_gateway(config: Path, extra_env: dict[str, str] | None = None) -> Iterator[Running]:
     """``ocm-gateway serve --config CONFIG`` on a free loopback port."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCMGW", "OTEL_"))}
+    env = launch_env(("OCMGW", "OTEL_"))  # OCMGW_WORKERS kept: the suite's worker count
     env.update(extra_env or {})
     cmd = [*_console_script(), "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--log-level", "warning"]

@@ -6,7 +6,6 @@ finishes it."""
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import pytest
 from tests.integration.conftest import run_gateway
 from tests.support.loopback_upstream import LoopbackUpstream
 from tests.support.postgres import postgres_server
+from tests.support.process import crash
 from tests.support.wire import load
 
 pytestmark = pytest.mark.integration
@@ -78,8 +78,7 @@ def test_kill_9_halfway_then_restart_runs_every_line_once(tmp_path: Path) -> Non
             client, batch_id = submit(gw.url)
             seen = wait(client, batch_id, halfway)
             assert seen.request_counts.completed < LINES  # killed mid-batch
-            gw.process.send_signal(signal.SIGKILL)
-            gw.process.wait(10)
+            crash(gw.process)  # the workers too: with N of them, serve alone is not a crash
         with run_gateway(cfg) as gw:
             client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0)
             exactly_once(client, wait(client, batch_id, lambda b: b.status == "completed"))
@@ -95,6 +94,5 @@ def test_two_replicas_share_a_batch_and_one_finishes_what_the_killed_one_held(tm
             _, batch_id = submit(a.url)
             client_b = openai.OpenAI(base_url=f"{b.url}/v1", api_key="x", max_retries=0)
             wait(client_b, batch_id, halfway)  # B sees A's batch (one store)
-            a.process.send_signal(signal.SIGKILL)
-            a.process.wait(10)
+            crash(a.process)  # the workers too: with N of them, serve alone is not a crash
             exactly_once(client_b, wait(client_b, batch_id, lambda x: x.status == "completed"))

@@ -4,7 +4,6 @@ never 404, and finished ones are intact."""
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from tests.integration.conftest import run_gateway
 from tests.support.loopback_upstream import LoopbackUpstream
 from tests.support.postgres import postgres_server
+from tests.support.process import crash
 from tests.support.wire import load
 
 pytestmark = pytest.mark.integration
@@ -47,8 +47,7 @@ def test_kill_9_leaves_failed_responses_not_missing_ones(tmp_path: Path) -> None
                         break
                     time.sleep(0.05)
                 assert polled["status"] == "in_progress"
-                gw.process.send_signal(signal.SIGKILL)
-                gw.process.wait(10)
+                crash(gw.process)  # the workers too: with N of them, serve alone is not a crash
         time.sleep(1.2)  # longer than lost_after_seconds
         with run_gateway(config) as gw:
             for rid in (bg["id"], streamed_id):
@@ -85,8 +84,7 @@ def test_kill_9_of_one_replica_on_postgresql(tmp_path: Path) -> None:
                     break
                 time.sleep(0.05)
             assert seen["status"] == "in_progress"  # B sees A's run in flight
-            a.process.send_signal(signal.SIGKILL)
-            a.process.wait(10)
+            crash(a.process)  # the workers too: with N of them, serve alone is not a crash
             time.sleep(1.5)  # longer than lost_after_seconds
             r = httpx.get(f"{b.url}/v1/responses/{bg['id']}", timeout=5)
             assert r.status_code == 200, r.text

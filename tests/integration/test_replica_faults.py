@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.support.fake_llamacpp import sse_events
 from tests.support.gateway import MODEL, config
 from tests.support.loopback_upstream import LoopbackUpstream
 from tests.support.postgres import Cluster, fresh_database, postgres_cluster
+from tests.support.process import crash
 from tests.support.redis_server import redis_server
 from tests.support.slow_upstream import EndlessUpstream, endless_transport
 from tests.support.switch_model import Switch, answer
@@ -340,8 +340,7 @@ def test_owner_killed_the_follower_hears_the_stored_terminal(pg: Cluster, tmp_pa
                         events.append(json.loads(line[6:]))
                     if len(events) == 5:
                         break
-                a.process.send_signal(signal.SIGKILL)
-                a.process.wait(10)
+                crash(a.process)  # the workers too: with N of them, serve alone is not a crash
                 killed = time.monotonic()
                 for line in lines:
                     if line.startswith("data: ") and line != "data: [DONE]":

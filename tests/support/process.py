@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -45,6 +46,31 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (from /proc), children before grandchildren."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
+                    found.append(int(child))
+    return found + [grandchild for child in found for grandchild in descendants(child)]
+
+
+def crash(proc: subprocess.Popen[bytes]) -> None:
+    """``kill -9`` of a whole ``ocm-gateway serve``, its workers included, as a crash of the
+    machine's gateway.  With ``--workers N``, SIGKILL of ``serve`` alone is not a crash: its
+    workers then get SIGTERM from the kernel and drain (app/cli/supervisor.py), ending their
+    runs as a shutdown does.  The supervisor is stopped first so it restarts no worker."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGSTOP)
+    for pid in descendants(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait(10)
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,18 @@ def healthy_process(cmd: Sequence[str], url: str, *, timeout: float = 90.0,
         os.unlink(log.name)
 
 
+SUITE_WORKERS = "OCMGW_WORKERS"
+
+
+def launch_env(strip: tuple[str, ...] = ("OCMGW",)) -> dict[str, str]:
+    """This environment without the variables starting with ``strip`` (the gateway under test
+    is configured by its test alone), except ``OCMGW_WORKERS``: the worker count is how the
+    suite is run, not what a test checks, so ``OCMGW_WORKERS=auto pytest ...`` runs every
+    ``serve`` started through this with the machine's workers (a test that needs one process
+    passes ``--workers 1``, which wins)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(strip) or k == SUITE_WORKERS}
+
+
 @contextmanager
 def gateway_process(upstream: str, model: str, **settings: object) -> Iterator[str]:
     """``ocm-gateway serve`` (the console script of this venv) for one llama.cpp-style model
@@ -96,7 +134,7 @@ def gateway_process(upstream: str, model: str, **settings: object) -> Iterator[s
     import sys
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
+    env = launch_env()
     env.update({"OCMGW_MODEL": model, "OCMGW_BACKEND_URL": upstream, "OCMGW__store__path": ":memory:"})
     env.update({f"OCMGW__{k}": str(v) for k, v in settings.items()})
     cmd = [str(Path(sys.executable).with_name("ocm-gateway")), "serve", "--port", str(port),

@@ -3,13 +3,23 @@
 Mapping: reasoning → ``reasoning_content`` (never ``content``); preambles and final
 text → ``content`` (both are user-visible by design); tool calls → ``tool_calls``
 (stream: index, id, type and name first, then argument fragments).
+
+``wire=True`` (the streamed SSE route): the common deltas (``content`` of answer and preamble
+text without logprobs, ``reasoning_content``, a tool call's ``function.arguments`` fragment)
+leave as :class:`~app.api.chat.wire.Wire` frames, made from a per-stream prefix and suffix and
+the piece's JSON string (:mod:`app.api.chat.wire`), byte for byte what their chunk dicts encode
+to with :func:`~app.http.sse.data_event`; every other chunk (the role chunk, a tool call's
+start, the finish and usage chunks, logprobs, errors) stays a dict.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from app.api.chat.fold import Folded
+from app.api.chat.wire import Wire, delta_frame
 from app.api.logprobs import logprobs_content
 from app.core import events as ev
 from app.core.errors import error_body
@@ -33,7 +43,7 @@ class ChatEncoder:
 
     def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
                  logprobs: bool, top_logprobs: int = 0, stream: bool = True,
-                 index: int = 0) -> None:
+                 index: int = 0, wire: bool = False) -> None:
         self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
                       "model": model}
         self._ids = (response_id, model, created)
@@ -44,6 +54,9 @@ class ChatEncoder:
         self._index = index  # the choice this encoder writes (n > 1: one encoder per choice)
         self.folded = Folded()
         self.terminal = False
+        # wire: the frames of this stream's deltas around the piece's JSON string, by field
+        # ("content", "reasoning_content") or tool call index
+        self._frames: dict[str | int, tuple[bytes, bytes]] | None = {} if wire and stream else None
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None,
                logprobs: Any = None) -> dict[str, Any]:
@@ -57,6 +70,19 @@ class ChatEncoder:
         if self.terminal:
             return []
         self.folded.add(event)
+        if self._frames is not None:  # a common delta: its frame
+            key: str | int
+            if (type(event) is ev.TextDelta and not self._logprobs) or type(event) is ev.PreambleDelta:
+                key, text = "content", event.text
+            elif type(event) is ev.ReasoningDelta:
+                key, text = "reasoning_content", event.text
+            elif type(event) is ev.ToolCallArgumentsDelta:
+                key, text = event.index, event.delta
+            else:
+                key = ""
+            if key != "":
+                before, after = self._frames.get(key) or self._frame(key)
+                return [Wire(before + orjson.dumps(text) + after)]
         if isinstance(event, ev.TERMINAL):
             self.terminal = True
         return self._chunks(event) if self._stream else []
@@ -65,6 +91,13 @@ class ChatEncoder:
         """The client is gone: nothing more to say."""
         self.terminal = True
         return []
+
+    def _frame(self, key: str | int) -> tuple[bytes, bytes]:
+        delta: dict[str, Any] = ({key: ""} if isinstance(key, str) else
+                                 {"tool_calls": [{"index": key, "function": {"arguments": ""}}]})
+        assert self._frames is not None
+        pair = self._frames[key] = delta_frame(self._chunk(delta))
+        return pair
 
     def unstored(self, error: ev.Error, held: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A stored completion's end could not be stored: its error chunk instead of the held

@@ -3,7 +3,8 @@
 ``n > 1`` runs ``n`` generations of the same prompt (:mod:`app.engine.choices`), one encoder
 per choice index: a stream interleaves their chunks as they come (each choice ends with its
 own ``finish_reason``; the usage chunk, summed over the choices, comes once after all of
-them), a non-streaming answer lists the choices by index.
+them), a non-streaming answer lists the choices by index.  An SSE stream's common deltas leave
+pre-encoded (:mod:`app.api.chat.wire`); JSON lines (SageMaker) get dicts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.api.chat.encode import ChatEncoder, merge_choices, sum_usage, usage_dic
 from app.api.chat.files import has_file_parts, read_files
 from app.api.chat.ingest import ChatIngest, ingest_chat
 from app.api.chat.stored import StoreHooks
+from app.api.chat.wire import frame
 from app.core.errors import InvalidRequest
 from app.core.ids import random_id
 from app.core.shed import shed_later
@@ -27,7 +29,7 @@ from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute, is_big
 from app.http.disconnect import cancel_on_disconnect
 from app.http.responses import JSONResponse
-from app.http.sse import data_event, json_line
+from app.http.sse import json_line
 from app.http.streaming import json_answer, jsonlines_response, sse_response
 from schemas.chat import ChatCompletionRequest
 
@@ -86,7 +88,7 @@ async def _run(body: ChatCompletionRequest, request: Request, ingest: ChatIngest
     def encoder(plan: Plan) -> ChatEncoder:
         return ChatEncoder(response_id, ingest.model, created, include_usage=ingest.include_usage,
                            logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
-                           stream=ingest.stream)
+                           stream=ingest.stream, wire=ingest.stream and not jsonlines)
 
     who = principal(request)
     hooks = None
@@ -102,7 +104,7 @@ async def _run(body: ChatCompletionRequest, request: Request, ingest: ChatIngest
     run = await cancel_on_disconnect(request, starting)
     if jsonlines:
         return jsonlines_response(run, json_line)
-    return sse_response(run, data_event, engine.registry.config.shutdown_grace_seconds)
+    return sse_response(run, frame, engine.registry.config.shutdown_grace_seconds)
 
 
 def _dumped(body: ChatCompletionRequest) -> list[Json]:
@@ -118,7 +120,7 @@ async def _run_choices(engine: Engine, ingest: ChatIngest, request: Request, *,
     def encoder(plan: Plan, index: int) -> ChatEncoder:
         enc = ChatEncoder(response_id, ingest.model, created, include_usage=False,
                           logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
-                          stream=ingest.stream, index=index)
+                          stream=ingest.stream, index=index, wire=ingest.stream and not jsonlines)
         encoders.append(enc)
         return enc
 
@@ -142,7 +144,7 @@ async def _run_choices(engine: Engine, ingest: ChatIngest, request: Request, *,
     choices = await cancel_on_disconnect(request, starting)
     if jsonlines:
         return jsonlines_response(choices, json_line)
-    return sse_response(choices, data_event, engine.registry.config.shutdown_grace_seconds)
+    return sse_response(choices, frame, engine.registry.config.shutdown_grace_seconds)
 
 
 @router.post("/v1/chat/completions")

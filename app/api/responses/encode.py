@@ -38,7 +38,8 @@ construction the fold of the events.  Item mapping:
   code, ``.interpreting``, then ``.completed`` with its ``logs`` output).
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
-from 0 without gaps.
+from 0 without gaps.  ``wire=True``: the plain text, reasoning and function-argument deltas
+leave pre-encoded (:mod:`app.api.responses.wire`), byte for byte their events' frames.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from app.api.logprobs import logprobs_content
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.hosted_items import HostedItems
 from app.api.responses.tools import WireTool
+from app.api.responses.wire import delta_frames, framed
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
@@ -92,6 +94,7 @@ class _Open:
     text: list[str] = field(default_factory=list)
     logprobs: list[Json] = field(default_factory=list)
     summary_open: bool = False
+    frame: tuple[bytes, bytes, bytes] | None = None  # wire: its deltas' frame, cut (wire.py)
 
 
 class ResponsesEncoder:
@@ -99,7 +102,8 @@ class ResponsesEncoder:
                  seal: Callable[[str], str] | None = None,
                  tools: Mapping[str, WireTool] | None = None, summary: str | None = None,
                  list_items: Sequence[Json] = (), cite: Callable[[str], list[Json]] | None = None,
-                 sources: bool = False, container_id: str = "", results: bool = False) -> None:
+                 sources: bool = False, container_id: str = "", results: bool = False,
+                 wire: bool = False) -> None:
         """``resource``: the response object as created (status ``in_progress``, empty output);
         ``dialect``: the event names the client parses (:mod:`app.api.responses.dialect`);
         ``seal``: set with ``include: ["reasoning.encrypted_content"]``, it makes a finished
@@ -122,6 +126,7 @@ class ResponsesEncoder:
         self._hosted = HostedItems(self._event, resource["output"], list_items, sources, container_id,
                                    results)
         self._cite = cite
+        self._wire = wire  # deltas as pre-encoded frames (a stream only its SSE response reads)
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -293,6 +298,12 @@ class ResponsesEncoder:
         if cur.kind in ("custom", "mcp_approval", *DEFERRED):  # no deltas on the wire
             return []
         item_id, idx = cur.item["id"], cur.index
+        if self._wire and not logprobs and cur.kind != "mcp" and (
+                cur.kind != "reasoning" or self._summary not in ("auto", "detailed")):
+            if cur.frame is None:
+                cur.frame = delta_frames(cur.kind, item_id, idx, self._dialect.reasoning_delta)
+            self._seq += 1
+            return [framed(cur.frame, self._seq - 1, text)]
         if cur.kind == "tool":
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]

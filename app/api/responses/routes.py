@@ -11,6 +11,7 @@ from starlette.responses import Response
 from app.api.responses.dialect import choose
 from app.api.responses.encode import ResponsesEncoder
 from app.api.responses.service import ResponsesService
+from app.api.responses.wire import frame
 from app.core.errors import InvalidRequest
 from app.http.auth import check_model, principal
 from app.http.body import GatewayRoute
@@ -43,7 +44,7 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     # tokens are charged, until it ends (app/http/limits.py).
     on_end = lease.detach() if isinstance(lease, Lease) else None
     try:
-        creating = service.create(body, principal(request), dialect, on_end=on_end)
+        creating = service.create(body, principal(request), dialect, on_end=on_end, wire=True)
         if body.background:
             run = await creating
     except BaseException:
@@ -59,8 +60,8 @@ async def create_response(body: CreateResponseBody, request: Request) -> Respons
     if not body.stream:
         return await json_answer(request, creating)
     # Until the first upstream event nothing has been sent: a client that leaves cancels it.
-    run = await cancel_on_disconnect(request, creating)
-    return sse_response(run, _named, service.registry.config.shutdown_grace_seconds)
+    run = await cancel_on_disconnect(request, creating)  # its deltas pre-encoded (wire.py)
+    return sse_response(run, frame, service.registry.config.shutdown_grace_seconds)
 
 
 @router.post("/v1/responses/input_tokens")

@@ -194,10 +194,11 @@ class ResponsesService:
     async def create(self, body: CreateResponseBody, who: Principal = ANONYMOUS,
                      dialect: EventDialect = OPEN_RESPONSES,
                      seen: Callable[[list[Json]], None] | None = None,
-                     on_end: Callable[[int], None] | None = None) -> Run:
+                     on_end: Callable[[int], None] | None = None, wire: bool = False) -> Run:
         """Start a response; ``seen`` gets the context it sees (previous context + the resolved
         input, as a stored response's ``input_items`` holds it); ``on_end`` gets its total
-        tokens when its run has ended (a background run's hold on its key's limits)."""
+        tokens when its run has ended (a background run's hold on its key's limits); ``wire``:
+        a streamed (not background) run's deltas leave pre-encoded (:mod:`.wire`: for SSE)."""
         if body.background and not body.store:
             raise InvalidRequest("background responses must be stored (store: true).", param="background")
         self.registry.route(body.model)  # an unknown model is a 404 before anything else
@@ -245,7 +246,7 @@ class ResponsesService:
             return ResponsesEncoder(resource, dialect, seal, wire_tools, summary,
                                     hosted.list_items if hosted is not None else (),
                                     cite, sources, hosted.container_id if hosted is not None else "",
-                                    results)
+                                    results, wire=wire and body.stream and not body.background)
 
         mode: Mode = "background" if body.background else "stream" if body.stream else "wait"
         hooks: RunHooks | None = StoreHooks(self.store, context, who.tenant) if body.store else None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from app.cli import limits_service, workers
+from app.cli import limits_service, supervisor, workers
 from app.cli import main as cli_main
 from app.cli.parser import build_parser
 
@@ -21,7 +21,7 @@ def test_the_option_takes_a_positive_count_or_auto() -> None:
     assert parser.parse_args(["serve", "--workers", "auto"]).workers == "auto"
     assert parser.parse_args(["serve", "--workers", "AUTO"]).workers == "auto"
     assert parser.parse_args(["serve", "--workers", "3"]).workers == 3
-    assert parser.parse_args(["serve"]).workers == 1  # the default stays one process
+    assert parser.parse_args(["serve"]).workers is None  # unset: OCMGW_WORKERS, config, then 1
     for bad in ("0", "-2", "two", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             workers.parse_workers(bad)
@@ -84,7 +84,8 @@ def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: s
     monkeypatch.setenv("OCMGW__store__path", store)
     monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs in this process's affinity mask"))
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw, run="uvicorn"))
+    monkeypatch.setattr(supervisor, "run", lambda *a, **kw: seen.update(kw, run="supervisor"))
     monkeypatch.setattr(limits_service, "start", lambda n, cfg: seen.update(limits_service=n))
     assert cli_main.main(["serve", *argv]) == 0
     return seen
@@ -117,3 +118,64 @@ def test_serve_raises_the_open_files_limit_for_its_connections(monkeypatch: pyte
         assert workers.raise_open_files(10) == (after, hard)  # never lowered
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_count_comes_from_the_flag_then_the_environment_then_the_config(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "r.sqlite3")
+    config = tmp_path / "gw.toml"
+    config.write_text("workers = 2\n")
+    assert _serve(monkeypatch, tmp_path, store)["workers"] == 1  # the built-in default
+    assert _serve(monkeypatch, tmp_path, store, "--config", str(config))["workers"] == 2
+    config.write_text('workers = "auto"\n')
+    assert _serve(monkeypatch, tmp_path, store, "--config", str(config))["workers"] == 3
+    assert "config workers auto: 3 workers" in capsys.readouterr().err
+    for env, argv, expected in [
+        ("auto", [], 3), ("AUTO", [], 3), ("2", [], 2),
+        ("2", ["--config", str(config)], 2),  # the variable over the file's "auto"
+        ("auto", ["--workers", "1"], 1),  # the flag over the variable
+        ("4", ["--workers", "auto"], 3),
+    ]:
+        seen = _serve_with(monkeypatch, tmp_path, store, {"OCMGW_WORKERS": env}, *argv)
+        assert seen["workers"] == expected, (env, argv)
+    assert "OCMGW_WORKERS auto: 3 workers" in capsys.readouterr().err
+
+
+def test_the_workers_run_under_the_patient_supervisor(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    seen = _serve_with(monkeypatch, tmp_path, str(tmp_path / "r.sqlite3"), {"OCMGW_WORKERS": "2"})
+    assert seen["run"] == "supervisor" and seen["workers"] == 2
+
+
+def test_a_bad_worker_count_in_the_environment_or_the_file_is_a_usage_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "many", "-1", "1.5"):
+        _environment(monkeypatch, str(tmp_path / "r.sqlite3"), {"OCMGW_WORKERS": bad})
+        assert cli_main.main(["serve"]) == 2, bad
+        err = capsys.readouterr().err
+        assert "invalid configuration" in err and "workers" in err, (bad, err)
+    config = tmp_path / "gw.toml"
+    config.write_text('workers = "all"\n')
+    _environment(monkeypatch, str(tmp_path / "r.sqlite3"), {})
+    assert cli_main.main(["serve", "--config", str(config)]) == 2
+    assert "workers" in capsys.readouterr().err
+
+
+def _environment(monkeypatch: pytest.MonkeyPatch, store: str, extra: dict[str, str]) -> None:
+    for name in [n for n in os.environ if n.startswith("OCMGW")]:
+        monkeypatch.delenv(name)
+    for name, value in {"OCMGW_MODEL": "m", "OCMGW_BACKEND_URL": "http://127.0.0.1:9",
+                        "OCMGW__store__path": store, **extra}.items():
+        monkeypatch.setenv(name, value)
+
+
+def _serve_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, extra: dict[str, str],
+                *argv: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs"))
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw, run="uvicorn"))
+    monkeypatch.setattr(supervisor, "run", lambda *a, **kw: seen.update(kw, run="supervisor"))
+    monkeypatch.setattr(limits_service, "start", lambda n, cfg: None)
+    _environment(monkeypatch, store, extra)
+    assert cli_main.main(["serve", *argv]) == 0
+    return seen
