@@ -10,15 +10,20 @@ from __future__ import annotations
 
 class NDJSONDecoder:
     def __init__(self) -> None:
-        self._buffer = b""
+        self._parts: list[bytes] = []  # the unfinished line's reads, joined once it ends
 
     def decode(self, chunk: bytes) -> list[str]:
-        self._buffer += chunk
+        """Linear in the bytes received: a read that ends no line is kept apart (appending it
+        to one growing buffer copied a long line once per read: quadratic)."""
         if b"\n" not in chunk:
+            if chunk:
+                self._parts.append(chunk)
             return []
-        *lines, self._buffer = self._buffer.split(b"\n")
+        buf = b"".join((*self._parts, chunk)) if self._parts else chunk
+        *lines, rest = buf.split(b"\n")
+        self._parts = [rest] if rest else []
         return [line.decode("utf-8", "replace") for line in lines if line.strip()]
 
     def flush(self) -> list[str]:
-        line, self._buffer = self._buffer, b""
+        line, self._parts = b"".join(self._parts), []
         return [line.decode("utf-8", "replace")] if line.strip() else []

@@ -21,7 +21,12 @@ Store contract (:class:`BatchStore`; SQLite: :mod:`.sqlite_batches`):
   or running under an expired lease, marking them running for ``worker`` until ``lease``;
 * ``finish`` records a line's result only if ``worker`` still holds it (``False`` otherwise:
   another worker took it over; its result wins) and counts it in ``request_counts``;
-* ``retry`` puts a held line back to pending, due at ``not_before``, one attempt more.
+* ``retry`` puts a held line back to pending, due at ``not_before``, one attempt more;
+* ``claim_batch`` gives a ``validating`` batch to one ``worker`` until ``now + lease`` (its
+  holder renews by claiming again; a lapsed claim goes to the next claimer); ``add_lines``,
+  ``clear_lines`` and ``update(holder=...)`` write only for the holder of a batch still
+  ``validating`` (``False`` otherwise), so of several workers or replicas one validates a
+  batch, and none rewrites its lines once it has moved on.
 """
 
 from __future__ import annotations
@@ -184,14 +189,25 @@ class BatchStore(Protocol):
         """Every batch not yet in a final state, of every owner (the workers' view)."""
         ...
 
-    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
+    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None,
+                     holder: str | None = None) -> bool:
         """Store ``batch``'s status, times, files and errors — if its stored status is one of
-        ``expect`` (when given): the transitions race between workers and ``cancel``."""
+        ``expect`` (when given) and ``holder`` holds its claim (when given): the transitions
+        race between workers and ``cancel``."""
         ...
 
-    async def add_lines(self, batch_id: str, lines: Sequence[Line]) -> None: ...
+    async def claim_batch(self, batch_id: str, worker: str, *, lease: float, now: float) -> bool:
+        """Take (or renew) the claim on validating ``batch_id`` until ``now + lease``: whether
+        ``worker`` holds it now (``False``: another's claim is live, or it is not validating)."""
+        ...
 
-    async def clear_lines(self, batch_id: str) -> None: ...
+    async def add_lines(self, batch_id: str, lines: Sequence[Line], *, worker: str) -> bool:
+        """Add ``lines`` if ``worker`` holds the claim of the still validating batch."""
+        ...
+
+    async def clear_lines(self, batch_id: str, *, worker: str) -> bool:
+        """Delete the batch's lines (a validation starting over) on the same condition."""
+        ...
 
     async def claim(self, batch_id: str, worker: str, n: int, *, lease: float,
                     now: float) -> list[Line]: ...

@@ -3,7 +3,11 @@ of step 6 of :data:`app.stores.postgres_schema.MIGRATIONS`.  Every replica's wor
 polls the same batches; lines are claimed with ``FOR UPDATE SKIP LOCKED`` under a lease, so
 each line is run by one replica at a time, and a replica that dies stops renewing its leases
 and its lines go to the next claimer.  A line's result and the batch's counters are written in
-one transaction.  Failures of the server are 503 ``store_unavailable`` (``guard``)."""
+one transaction.  A batch is validated by the one replica holding its claim (``claimed_by``
+until ``claim_until``, step 9): taken by a conditional ``UPDATE``, and every write of its
+lines checks the claim under the batch row's lock (``FOR UPDATE``), so a replica whose claim
+was taken over (its lease ran out) can no longer add or delete lines.  Failures of the server
+are 503 ``store_unavailable`` (``guard``)."""
 
 from __future__ import annotations
 
@@ -57,23 +61,47 @@ class PostgresBatchStore:
                                           "ORDER BY seq", list(ACTIVE))
         return [Batch.from_row(row) for row in rows]
 
-    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
+    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None,
+                     holder: str | None = None) -> bool:
         async with guard():
             done = await self._pool.execute(
                 "UPDATE batches SET status = $1, doc = $2, total = $3 WHERE id = $4 "
-                "AND ($5::text[] IS NULL OR status = ANY($5))", batch.status, batch.doc(), batch.total,
-                batch.id, None if expect is None else list(expect))
+                "AND ($5::text[] IS NULL OR status = ANY($5)) AND ($6::text IS NULL OR claimed_by = $6)",
+                batch.status, batch.doc(), batch.total, batch.id,
+                None if expect is None else list(expect), holder)
         return bool(done.endswith(" 1"))
 
-    async def add_lines(self, batch_id: str, lines: Sequence[Line]) -> None:
+    async def claim_batch(self, batch_id: str, worker: str, *, lease: float, now: float) -> bool:
         async with guard():
-            await self._pool.executemany(
+            done = await self._pool.execute(
+                "UPDATE batches SET claimed_by = $2, claim_until = $3 WHERE id = $1 AND "
+                "status = 'validating' AND (claimed_by IS NULL OR claimed_by = $2 OR claim_until < $4)",
+                batch_id, worker, now + lease, now)
+        return bool(done.endswith(" 1"))
+
+    @staticmethod
+    async def _holds(conn: asyncpg.pool.PoolConnectionProxy, batch_id: str, worker: str) -> bool:
+        """Whether ``worker`` holds the batch's claim; the row stays locked to the transaction's
+        end, so the claim cannot be taken over meanwhile."""
+        found = await conn.fetchval("SELECT 1 FROM batches WHERE id = $1 AND status = 'validating' "
+                                    "AND claimed_by = $2 FOR UPDATE", batch_id, worker)
+        return found is not None
+
+    async def add_lines(self, batch_id: str, lines: Sequence[Line], *, worker: str) -> bool:
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
+            if not await self._holds(conn, batch_id, worker):
+                return False
+            await conn.executemany(
                 "INSERT INTO batch_lines (batch_id, line, custom_id, body) VALUES ($1, $2, $3, $4)",
                 [(batch_id, ln.line, ln.custom_id, ln.body) for ln in lines])
+            return True
 
-    async def clear_lines(self, batch_id: str) -> None:
-        async with guard():
-            await self._pool.execute("DELETE FROM batch_lines WHERE batch_id = $1", batch_id)
+    async def clear_lines(self, batch_id: str, *, worker: str) -> bool:
+        async with guard(), self._pool.acquire() as conn, conn.transaction():
+            if not await self._holds(conn, batch_id, worker):
+                return False
+            await conn.execute("DELETE FROM batch_lines WHERE batch_id = $1", batch_id)
+            return True
 
     async def claim(self, batch_id: str, worker: str, n: int, *, lease: float,
                     now: float) -> list[Line]:

@@ -2,7 +2,9 @@
 
 One :class:`BatchRunner` per process polls the store for batches not yet final and moves each
 one step (:meth:`BatchRunner.advance`): a ``validating`` batch has its input file checked
-(:mod:`.validate`); an ``in_progress`` one gets lines claimed and run while it has slots; one
+(:mod:`.validate`) by the one worker that claims it in the store (a lease renewed while it
+validates: the other workers and replicas leave it alone, and take over only once a dead
+holder's lease has run out); an ``in_progress`` one gets lines claimed and run while it has slots; one
 without unfinished lines is finalized (output and error files written, then the final status);
 a ``cancelling`` one has its running lines stopped (their requests cancelled, so the upstream
 generation is closed) and is finalized as ``cancelled``; one past its window is ``expired``.
@@ -83,6 +85,10 @@ def usage_of(body: Any) -> dict[str, int]:
             "cached": int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
             "reasoning": (int(out_details.get("reasoning_tokens") or 0)
                           if isinstance(out_details, dict) else 0)}
+
+
+class ClaimLost(Exception):
+    """The batch's validation claim went to another worker (or the batch moved on)."""
 
 
 class BatchRunner:
@@ -215,7 +221,38 @@ class BatchRunner:
                                            until=time.time() + self.settings.lease_seconds)
 
     async def _validate(self, batch: Batch) -> None:
-        await self.store.clear_lines(batch.id)  # a validation a restart interrupted starts over
+        """Validate ``batch`` if this worker claims it (else another does: the next poll looks
+        again), renewing the claim meanwhile; a claim lost stops the validation."""
+        lease = self.settings.lease_seconds
+        if not await self.store.claim_batch(batch.id, self.worker, lease=lease, now=time.time()):
+            return
+        me = asyncio.current_task()
+
+        async def hold() -> None:
+            while True:
+                await asyncio.sleep(lease / 3)
+                try:
+                    held = await self.store.claim_batch(batch.id, self.worker, lease=lease,
+                                                        now=time.time())
+                except Exception:  # a store outage: every write checks the claim anyway
+                    continue
+                if not held and me is not None:
+                    me.cancel()
+                    return
+
+        holder = asyncio.get_running_loop().create_task(hold())
+        try:
+            await self._check(batch)
+        except ClaimLost:
+            log.info("batch worker: %s is validated by another worker", batch.id)
+        finally:
+            holder.cancel()
+            await asyncio.gather(holder, return_exceptions=True)
+
+    async def _check(self, batch: Batch) -> None:
+        # a validation a restart interrupted starts over
+        if not await self.store.clear_lines(batch.id, worker=self.worker):
+            raise ClaimLost
         opened = await self.files.open(batch.input_file_id, batch.owner)
         if opened is None:
             await self._fail(batch, [{"code": "invalid_file", "line": None, "param": "input_file_id",
@@ -237,7 +274,9 @@ class BatchRunner:
         async def keep(lines: list[Line]) -> None:
             nonlocal kept
             kept += len(lines)
-            await self.store.add_lines(batch.id, [replace(ln, batch_id=batch.id) for ln in lines])
+            if not await self.store.add_lines(batch.id, [replace(ln, batch_id=batch.id) for ln in lines],
+                                              worker=self.worker):
+                raise ClaimLost
 
         checked = await check(counted(), batch.endpoint, may_use, max_lines=self.settings.max_lines,
                               max_line=self.settings.max_line_bytes, keep=keep)
@@ -248,18 +287,19 @@ class BatchRunner:
                                "message": "The input file was deleted while the batch was being "
                                           "validated."}]
         if checked.errors:
-            await self.store.clear_lines(batch.id)
+            if not await self.store.clear_lines(batch.id, worker=self.worker):
+                raise ClaimLost
             await self._fail(batch, checked.errors)
             return
         batch.total, batch.status = kept, "in_progress"
         batch.model = next(iter(checked.models)) if len(checked.models) == 1 else None
         batch.times["in_progress_at"] = int(time.time())
-        await self.store.update(batch, expect=["validating"])
+        await self.store.update(batch, expect=["validating"], holder=self.worker)
 
     async def _fail(self, batch: Batch, errors: list[Json]) -> None:
         batch.status, batch.errors = "failed", errors
         batch.times["failed_at"] = int(time.time())
-        await self.store.update(batch, expect=["validating"])
+        await self.store.update(batch, expect=["validating"], holder=self.worker)
 
     async def _work(self, batch: Batch, line: Line) -> None:
         try:

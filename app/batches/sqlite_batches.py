@@ -1,7 +1,10 @@
 """Batches in the SQLite file (the contract: :mod:`app.batches.model`): a ``batches`` row per
 batch and a ``batch_lines`` row per request, in the same file as the other tables, written in
 :func:`~app.stores.sqlite_db.transaction` s.  A line's result and the batch's counters change
-in one transaction, so the counters never disagree with the lines after a crash."""
+in one transaction, so the counters never disagree with the lines after a crash.  A batch is
+validated by the one worker holding its claim (``claimed_by`` until ``claim_until``): taking
+it, writing its lines and moving it on are conditional writes in ``BEGIN IMMEDIATE``
+transactions, so the worker processes sharing the file never validate one batch at once."""
 
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ CREATE TABLE IF NOT EXISTS batches (
     total INTEGER NOT NULL DEFAULT 0,
     completed INTEGER NOT NULL DEFAULT 0,
     failed INTEGER NOT NULL DEFAULT 0,
-    usage TEXT NOT NULL DEFAULT '{}'
+    usage TEXT NOT NULL DEFAULT '{}',
+    claimed_by TEXT,
+    claim_until REAL
 );
 CREATE INDEX IF NOT EXISTS batches_owner ON batches (owner, seq);
 CREATE INDEX IF NOT EXISTS batches_active ON batches (status);
@@ -62,6 +67,14 @@ class SqliteBatchStore:
     async def open(cls, db: aiosqlite.Connection) -> SqliteBatchStore:
         await db.executescript(_SCHEMA)
         await db.commit()
+        # a store from before the validation claim: the columns are read and added under the
+        # file's write lock, so worker processes opening it at once add each one once
+        async with transaction(db):
+            async with db.execute("PRAGMA table_info(batches)") as cur:
+                columns = {row[1] for row in await cur.fetchall()}
+            for name, kind in (("claimed_by", "TEXT"), ("claim_until", "REAL")):
+                if name not in columns:
+                    await db.execute(f"ALTER TABLE batches ADD COLUMN {name} {kind}")
         return cls(db)
 
     async def create(self, batch: Batch) -> None:
@@ -98,25 +111,49 @@ class SqliteBatchStore:
                                     "ORDER BY seq", ACTIVE) as cur:
             return [Batch.from_row(row) for row in await cur.fetchall()]
 
-    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None) -> bool:
+    async def update(self, batch: Batch, *, expect: Sequence[Status] | None = None,
+                     holder: str | None = None) -> bool:
         sql = "UPDATE batches SET status = ?, doc = ?, total = ? WHERE id = ?"
         args: list[Any] = [batch.status, batch.doc(), batch.total, batch.id]
         if expect is not None:
             sql += f" AND status IN ({','.join('?' * len(expect))})"
             args += list(expect)
+        if holder is not None:
+            sql += " AND claimed_by = ?"
+            args.append(holder)
         async with transaction(self._db) as db:
             cur = await db.execute(sql, args)
             return cur.rowcount == 1
 
-    async def add_lines(self, batch_id: str, lines: Sequence[Line]) -> None:
+    async def claim_batch(self, batch_id: str, worker: str, *, lease: float, now: float) -> bool:
         async with transaction(self._db) as db:
+            cur = await db.execute(
+                "UPDATE batches SET claimed_by = ?, claim_until = ? WHERE id = ? AND "
+                "status = 'validating' AND (claimed_by IS NULL OR claimed_by = ? OR claim_until < ?)",
+                (worker, now + lease, batch_id, worker, now))
+            return cur.rowcount == 1
+
+    @staticmethod
+    async def _holds(db: aiosqlite.Connection, batch_id: str, worker: str) -> bool:
+        async with db.execute("SELECT 1 FROM batches WHERE id = ? AND status = 'validating' AND "
+                              "claimed_by = ?", (batch_id, worker)) as cur:
+            return await cur.fetchone() is not None
+
+    async def add_lines(self, batch_id: str, lines: Sequence[Line], *, worker: str) -> bool:
+        async with transaction(self._db) as db:
+            if not await self._holds(db, batch_id, worker):
+                return False
             await db.executemany(
                 "INSERT INTO batch_lines (batch_id, line, custom_id, body) VALUES (?,?,?,?)",
                 [(batch_id, ln.line, ln.custom_id, ln.body) for ln in lines])
+            return True
 
-    async def clear_lines(self, batch_id: str) -> None:
+    async def clear_lines(self, batch_id: str, *, worker: str) -> bool:
         async with transaction(self._db) as db:
+            if not await self._holds(db, batch_id, worker):
+                return False
             await db.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+            return True
 
     async def claim(self, batch_id: str, worker: str, n: int, *, lease: float,
                     now: float) -> list[Line]:

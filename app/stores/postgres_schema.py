@@ -7,8 +7,9 @@ Steps: 1 responses, events, conversations; 2 keys and usage (:mod:`.postgres_acc
 3 blobs; 4 stored chat completions (:mod:`.postgres_chat`); 5 files
 (:mod:`app.knowledge.postgres_files`); 6 batches (:mod:`app.batches.postgres_batches`);
 7 vector stores and ingestion jobs (:mod:`app.knowledge.postgres_catalog`); 8
-``responses.cancel_requested``.  (The chunk index's tables and the ``vector`` extension are
-created by :mod:`app.knowledge.postgres_index`, which must tolerate a server without pgvector.)
+``responses.cancel_requested``; 9 ``batches.claimed_by`` / ``claim_until``.  (The chunk
+index's tables and the ``vector`` extension are created by :mod:`app.knowledge.postgres_index`,
+which must tolerate a server without pgvector.)
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ CREATE INDEX ingest_jobs_lease ON ingest_jobs (lease_until, seq);
 """,  # step 7: vector stores and their ingestion jobs (app/knowledge/postgres_catalog.py)
     "ALTER TABLE responses ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT FALSE",
     # step 8: a cancel recorded for the owning replica's heartbeat (Redis down)
+    "ALTER TABLE batches ADD COLUMN claimed_by TEXT, ADD COLUMN claim_until DOUBLE PRECISION",
+    # step 9: the one worker validating a batch, under a lease (app/batches/postgres_batches.py)
 )
 LOCK_KEY = 0x6F636D  # "ocm": the advisory lock migrations run under
 

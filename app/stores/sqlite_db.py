@@ -20,21 +20,24 @@ write to one file.  So:
 :func:`write` is the same transaction in one hop to the connection's thread (``BEGIN``, the
 statements, ``COMMIT`` or ``ROLLBACK`` all there): aiosqlite hops to its thread and back for
 every statement, and a stored response's write was five such hops on the request's path.
-It uses aiosqlite's own queue (``Connection._execute``, how every aiosqlite call runs), so it
-stays ordered with the connection's other calls; the durability is the connection's
-(WAL, ``synchronous=NORMAL``: a commit survives a crash of the process, not of the machine).
+It puts its job on aiosqlite's own queue (what ``Connection._execute`` does for every
+aiosqlite call, without the task and the shield around it: the job is queued at once and its
+answer wakes the writer directly), so it stays ordered with the connection's other calls; the
+durability is the connection's (WAL, ``synchronous=NORMAL``: a commit survives a crash of the
+process, not of the machine).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import sqlite3
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import aiosqlite
 
@@ -138,6 +141,20 @@ def _whole(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) ->
     return out
 
 
+def _submit(db: aiosqlite.Connection, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    """``fn(*args)`` queued on the connection's thread now (``Connection._execute`` without its
+    coroutine); the future gets its result or its error."""
+    if not db._running or not db._connection:
+        raise ValueError("Connection closed")
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    db._tx.put_nowait((future, functools.partial(fn, *args)))
+    return future
+
+
+def _nothing() -> None:
+    return None
+
+
 async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     """``work(connection)`` as one write transaction, run whole in the connection's thread
     (one hop there and back); committed when this returns.  ``work`` must only use the
@@ -146,11 +163,15 @@ async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T
     transaction has finished (committed or rolled back)."""
     deadline = time.monotonic() + BUSY_MS / 1000
     pause = 0.002
-    run = cast(Callable[..., Awaitable[T]], db._execute)  # aiosqlite's queue to its thread
     async with _lock(db):
         while True:
+            job: asyncio.Future[T] = _submit(db, _whole, db._conn, work)
             try:
-                return await _complete(run(_whole, db._conn, work))
+                return await job
+            except asyncio.CancelledError:
+                if job.cancelled():  # it still runs there: leave once it has (the queue is FIFO)
+                    await _complete(_submit(db, _nothing))
+                raise
             except _BeginBusy as busy:
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -20,3 +20,21 @@ def test_any_chunking_gives_the_same_lines(cuts: list[int]) -> None:
         out += decoder.decode(BODY[prev:cut])
         prev = cut
     assert out + decoder.flush() == LINES
+
+
+def test_one_huge_line_in_small_reads_is_decoded_in_linear_time() -> None:
+    import time
+    body = b'{"a": "' + b"x" * (16 << 20) + b'"}\n{"b": 1}\n'
+    decoder = NDJSONDecoder()
+    started = time.process_time()
+    lines = [line for i in range(0, len(body), 4096) for line in decoder.decode(body[i:i + 4096])]
+    assert time.process_time() - started < 5.0
+    assert [len(line) for line in lines] == [(16 << 20) + 9, 8] and decoder.flush() == []
+
+
+def test_a_line_split_anywhere_is_the_same_line() -> None:
+    body = b'{"a": 1}\n\n{"b": "two"}\n{"c"'
+    for cut in range(len(body) + 1):
+        decoder = NDJSONDecoder()
+        out = decoder.decode(body[:cut]) + decoder.decode(body[cut:]) + decoder.flush()
+        assert out == ['{"a": 1}', '{"b": "two"}', '{"c"'], cut

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +125,15 @@ async def test_a_stored_response_is_one_hop_to_the_connections_thread(tmp_path: 
     store = await SqliteResponseStore.open(tmp_path / "r.sqlite3")
     db = store.connection
     hops = 0
-    execute: Any = db._execute
+    queue: Any = db._tx  # every job for the connection's thread goes through it
 
-    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal hops
-        hops += 1
-        return await execute(fn, *args, **kwargs)
+    class Counted:
+        def put_nowait(self, job: Any) -> None:
+            nonlocal hops
+            hops += 1
+            queue.put_nowait(job)
 
-    db._execute = counted  # type: ignore[method-assign]
+    db._tx = Counted()  # type: ignore[assignment]
     try:
         items = [{"role": "user", "content": "x" * item_bytes}]
         resource = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
@@ -141,12 +143,33 @@ async def test_a_stored_response_is_one_hop_to_the_connections_thread(tmp_path: 
         assert hops == 2
         await store.put_events("resp_1", "alice", [{"type": "response.completed"}])
         assert hops == 3
-        db._execute = execute  # type: ignore[method-assign]
+        db._tx = queue
         got = await store.get("resp_1", "alice")
         assert got is not None and got.resource["status"] == "completed"
         assert got.input_items == items
         assert await store.get("resp_1", "bob") is None
         assert await store.get_events("resp_1", "alice") == [{"type": "response.completed"}]
     finally:
-        db._execute = execute  # type: ignore[method-assign]
+        db._tx = queue
         await store.close()
+
+
+async def test_a_write_on_a_closed_connection_fails_at_once(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    await db.close()
+    with pytest.raises(ValueError, match="connection"):  # not a job no thread will ever run
+        await asyncio.wait_for(write(db, lambda conn: conn.execute("INSERT INTO t VALUES (1, 'a')")), 2)
+
+
+async def test_writes_stay_in_the_order_they_were_made(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        def insert(n: int) -> Callable[[sqlite3.Connection], object]:
+            return lambda conn: conn.execute("INSERT INTO t (v) VALUES (?)", (str(n),))
+
+        await asyncio.gather(*(write(db, insert(n)) for n in range(20)))  # k: the commit order
+        async with db.execute("SELECT v FROM t ORDER BY k") as cur:
+            rows = await cur.fetchall()
+        assert [int(v) for (v,) in rows] == list(range(20))
+    finally:
+        await db.close()
