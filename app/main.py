@@ -18,6 +18,7 @@ from adapters.upstream import PooledClient
 from app.api.admin import console
 from app.api.admin import keys as admin_keys
 from app.api.admin import ops as admin_ops
+from app.api.admin.live import error_rows, model_rows
 from app.api.batches import routes as batches_routes
 from app.api.chat import routes as chat_routes
 from app.api.chat import sagemaker
@@ -92,8 +93,10 @@ def create_app(config: GatewayConfig | None = None,
         app.state.accounts = resolver.store = usage.store = stores.accounts
         app.state.chat_store = stores.chat or await ChatStore.open(stores.local)  # stored chat completions
         app.state.engine = engine = Engine(registry)
-        if machine_metrics is not None:  # the console's runs in flight, from every worker
+        if machine_metrics is not None:  # the console's live views, from every worker
             machine_metrics.views["runs"] = lambda: run_rows(engine)
+            machine_metrics.views["errors"] = lambda: error_rows(app.state.recent_errors)
+            machine_metrics.views["models"] = lambda: model_rows(registry)
         assert stores.files is not None
         app.state.files = FilesService(stores.files, cfg.files.max_bytes)
         search = await open_search(cfg.tools)

@@ -2,6 +2,12 @@
 (each model's prompt format, context window and upstream replicas: in flight, cooldown),
 ``/admin/runs`` (runs in flight in this replica; cancel one, on any replica when Redis is
 shared), ``/admin/errors`` (this replica's recent errors with their request ids).
+
+With ``serve --workers N`` runs, errors and models (replicas' in flight and cooldown, admission)
+are every worker's, gathered through the metrics relay's views and merged
+(:mod:`app.api.admin.live`); each answer then says ``workers``: how many answered within the
+relay's deadline, how many are connected.  Usage reads the store: another worker's counts show
+after its next flush (``[usage] flush_seconds``), as another replica's do.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import httpx
 from fastapi import APIRouter, Depends, Query, Request
 
 from app.api.admin.auth import require_admin
+from app.api.admin.live import merge_errors, merge_models, model_rows
 from app.core.errors import InvalidRequest, NotFound
 from app.engine.engine import Engine
 from app.engine.registry import Registry
-from app.http.machine_metrics import run_rows
+from app.http.machine_metrics import MachineMetrics, run_rows
 from app.http.usage import UsageRecorder
 from app.stores.accounts import AccountStore, UsageRow
 
@@ -95,33 +102,45 @@ def _safe_url(url: str) -> str:
     return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url
 
 
+def _machine(request: Request) -> MachineMetrics | None:
+    """The metrics relay's worker side with ``serve --workers N`` (app/http/machine_metrics.py)."""
+    return getattr(request.app.state, "machine_metrics", None)
+
+
+async def _view(request: Request, name: str, own: list[Any]) -> tuple[list[Any], Json]:
+    """Every worker's rows of view ``name`` with ``serve --workers N`` (and how many answered),
+    else this worker's ``own``."""
+    machine = _machine(request)
+    if machine is None:
+        return own, {}
+    rows, answered, connected = await machine.view(name)
+    return rows, {"workers": {"answered": answered, "connected": connected}}
+
+
 @router.get("/models")
 async def models(request: Request) -> Json:
     registry: Registry = request.app.state.registry
-    now = time.monotonic()
+    rows, workers = await _view(request, "models", model_rows(registry) if _machine(request) is None else [])
+    replicas, admission = merge_models(rows)
     data = []
     for name, route in registry.routes.items():
         cfg = registry.config.models[name]
         pool = getattr(route.backend, "pool", None)
-        replicas = [{"url": _safe_url(r.url), "in_flight": r.outstanding,
-                     "cooldown_seconds": round(max(0.0, r.cooldown_until - now), 1),
-                     "healthy": r.cooldown_until <= now}
-                    for r in (pool.replicas if pool is not None else [])]
+        listed = []
+        for r in (pool.replicas if pool is not None else []):
+            in_flight, cooldown = replicas.get((name, r.url), (0, 0.0))
+            listed.append({"url": _safe_url(r.url), "in_flight": in_flight,
+                           "cooldown_seconds": round(cooldown, 1), "healthy": cooldown <= 0})
         data.append({"id": name, "backend": cfg.backend, "prompt_format": cfg.prompt_format,
-                     "context_window": route.context_window, "replicas": replicas})
-    admission = registry.admission
-    return {"object": "list", "data": data,
-            "admission": {"in_flight": admission.inflight, "queued": admission.queued}}
+                     "context_window": route.context_window, "replicas": listed})
+    return {"object": "list", "data": data, "admission": admission, **workers}
 
 
 @router.get("/runs")
 async def runs(request: Request) -> Json:
-    machine = getattr(request.app.state, "machine_metrics", None)
-    if machine is not None:  # serve --workers N: every worker's runs (app/http/machine_metrics.py)
-        data, _, _ = await machine.view("runs")
-    else:
-        data = run_rows(request.app.state.engine)
-    return {"object": "list", "data": sorted(data, key=lambda r: -float(r["age_seconds"]))}
+    own = run_rows(request.app.state.engine) if _machine(request) is None else []
+    data, workers = await _view(request, "runs", own)
+    return {"object": "list", "data": sorted(data, key=lambda r: -float(r["age_seconds"])), **workers}
 
 
 @router.post("/runs/{run_id}/cancel")
@@ -141,5 +160,6 @@ async def cancel(request: Request, run_id: str) -> Json:
 
 @router.get("/errors")
 async def errors(request: Request, limit: Annotated[int, Query(ge=1, le=200)] = 50) -> Json:
-    recent = list(request.app.state.recent_errors)[-limit:]
-    return {"object": "list", "data": recent[::-1]}
+    own = list(request.app.state.recent_errors) if _machine(request) is None else []
+    rows, workers = await _view(request, "errors", own)
+    return {"object": "list", "data": merge_errors(rows, limit), **workers}
