@@ -32,6 +32,10 @@ EXPECTED = {
     "14 MB tool description: Responses": (400, "context_length_exceeded"),
     "14 MB tool description: chat": (400, "context_length_exceeded"),
     "14 MB of 110,000 small chat messages": (400, "context_length_exceeded"),
+    "14 MB tool parameter description: chat": (400, "invalid_value"),  # openai-harmony's one call
+    "100,000 tool parameters: Responses": (400, "invalid_json_schema"),  # > 10,000 subschemas
+    "9,990 tool parameters": (400, "context_length_exceeded"),
+    "14 MB tool input_schema enum: Messages": (400, None),
     "input_tokens, 100,000 short messages": (200, None),
     "100,000 short messages: Responses create": (400, "context_length_exceeded"),
     "100,000 short messages: Messages count_tokens": (200, None),
