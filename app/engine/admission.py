@@ -147,6 +147,7 @@ class ReplicaGate:
         self._margin = margin
         self._recheck = recheck
         self._checked: float | None = None  # when the slots were last read
+        self.read_at = 0.0  # when the bound was last read successfully (0: configured, or never)
         self._stale = False  # the replica failed since
         self._reading: asyncio.Task[None] | None = None
 
@@ -193,7 +194,10 @@ class ReplicaGate:
             log.exception("reading the slots of %s failed", self.url)
             slots = None
         self._checked = time.monotonic()
-        if slots is None or slots < 1 or slots == self.slots:
+        if slots is None or slots < 1:
+            return
+        self.read_at = self._checked  # the bound in force was confirmed now
+        if slots == self.slots:
             return
         bound = slots + self._margin
         log.info("backend %s: %d slots, at most %d generations in flight to it", self.url, slots, bound)

@@ -10,8 +10,12 @@ decides, so two workers never both take a replica's last slot.
 
 The wire: one JSON array a line, in order on each connection.
 
-* ``["q", id, url, bound, max_queue]`` acquire one of ``url``'s slots (``bound``: the asking
-  worker's bound for it, which becomes the replica's).  Answered ``[id, 0, busy]`` when granted
+* ``["q", id, url, bound, max_queue, read_at]`` acquire one of ``url``'s slots (``bound``: the
+  asking worker's bound for it; ``read_at``: when that worker read it, ``time.monotonic()``,
+  a clock every process of the machine shares).  The replica's bound is the most recently
+  read one, whoever tells it: after a backend restart only the worker whose request failed
+  reads the new slot count, and the others' older bound must not take it back.  (Without
+  ``read_at``, 0: the oldest.)  Answered ``[id, 0, busy]`` when granted
   (at once, or later), ``[id, 1, busy]`` when queued (the grant follows as ``[id, 0, busy]``),
   ``[id, 2, busy]`` when refused: ``max_queue`` requests already wait.  Waiters are granted
   first come, first served.  ``busy`` is 1 when, after the decision, every slot is taken or
@@ -54,10 +58,11 @@ UNKNOWN_BOUND = 1 << 30  # a replica only held so far (registered again), its bo
 class _Slots:
     """One replica: its bound, the slots taken and the requests waiting (in order)."""
 
-    __slots__ = ("bound", "held", "waiting")
+    __slots__ = ("bound", "held", "read_at", "waiting")
 
     def __init__(self) -> None:
         self.bound = UNKNOWN_BOUND
+        self.read_at = float("-inf")  # when the bound in force was read (by its worker)
         self.held: set[tuple[_Peer, int]] = set()
         self.waiting: dict[tuple[_Peer, int], None] = {}  # insertion order: first come first
 
@@ -88,11 +93,14 @@ class GateHub:
         self.grace_until = 0.0
         return True
 
-    def ask(self, peer: _Peer, ident: int, url: str, bound: int, max_queue: int) -> int:
+    def ask(self, peer: _Peer, ident: int, url: str, bound: int, max_queue: int,
+            read_at: float = 0.0) -> int:
         slots = self._slots(url)
-        if bound != slots.bound:
-            slots.bound = bound
-            self._pump(slots)  # more room: the oldest waiters first
+        if read_at >= slots.read_at:  # the newest reading wins, not the last asker
+            slots.read_at = read_at
+            if bound != slots.bound:
+                slots.bound = bound
+                self._pump(slots)  # more room: the oldest waiters first
         deciding = self._deciding()
         if deciding and not slots.waiting and len(slots.held) < slots.bound:
             slots.held.add((peer, ident))
@@ -181,9 +189,10 @@ class _Peer(asyncio.Protocol):
         hub = self.hub
         if op == "q":
             url, bound, max_queue = _text(msg[2]), _int(msg[3]), _int(msg[4])
+            read_at = _time(msg[5]) if len(msg) > 5 else 0.0
             if bound < 1:
                 raise ValueError(bound)
-            kind = hub.ask(self, ident, url, bound, max_queue)
+            kind = hub.ask(self, ident, url, bound, max_queue, read_at)
             self.answer(ident, kind, hub.replicas[url].busy)
         elif op == "r":
             hub.release(self, ident)
@@ -202,6 +211,12 @@ def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise TypeError(value)
     return value
+
+
+def _time(value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise TypeError(value)  # NaN would never compare
+    return float(value)
 
 
 def _text(value: object) -> str:

@@ -212,9 +212,10 @@ class GateClient:
                 self._back.set_result(None)
 
     async def acquire(self, ident: int, url: str, bound: int, max_queue: int, deadline: float,
-                      retry_after: float) -> None:
-        """A slot of ``url`` as slot ``ident``; :class:`Overloaded` when the queue is full or
-        none comes before ``deadline``, :class:`GateUnavailable` when the service is."""
+                      retry_after: float, read_at: float = 0.0) -> None:
+        """A slot of ``url`` as slot ``ident`` (``bound`` as this worker read it at ``read_at``,
+        ``time.monotonic()``); :class:`Overloaded` when the queue is full or none comes before
+        ``deadline``, :class:`GateUnavailable` when the service is."""
         try:
             conn = await self._connection()
         except OSError as exc:
@@ -222,7 +223,7 @@ class GateClient:
             raise GateUnavailable from None
         ask = _Ask(asyncio.get_running_loop(), url)
         conn.asks[ident] = ask
-        conn.send(["q", ident, url, bound, max_queue])
+        conn.send(["q", ident, url, bound, max_queue, read_at])
         try:
             try:
                 async with asyncio.timeout(self.ack_timeout):
@@ -327,7 +328,7 @@ class MachineGate(ReplicaGate):
                 self.asking += 1
                 try:
                     await client.acquire(ident, self.url, bound, self.queue.max_queue, deadline,
-                                         self._retry_after())
+                                         self._retry_after(), self.read_at)
                 except GateUnavailable:
                     pass
                 else:

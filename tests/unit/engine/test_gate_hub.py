@@ -49,8 +49,10 @@ class Worker:
         self.wire.out.clear()
         return [tuple(orjson.loads(line)) for line in lines]
 
-    def ask(self, ident: int, bound: int = 2, max_queue: int = 10, url: str = URL) -> None:
-        self.send(["q", ident, url, bound, max_queue])
+    def ask(self, ident: int, bound: int = 2, max_queue: int = 10, url: str = URL,
+            read_at: float | None = None) -> None:
+        tail = [] if read_at is None else [read_at]
+        self.send(["q", ident, url, bound, max_queue, *tail])
 
     def close(self) -> None:
         self.peer.connection_lost(None)
@@ -132,6 +134,23 @@ def test_a_raised_bound_grants_the_waiters_and_replicas_are_apart() -> None:
     assert a.answers() == [(2, GRANTED, 0), (4, GRANTED, 1)]
 
 
+def test_the_most_recently_read_bound_wins_not_the_last_asker() -> None:
+    """A backend restarted with more slots: only the worker whose request failed has read the
+    new count; the other's older bound must not take the room back (and did: last asker won)."""
+    hub = GateHub()
+    a, b = Worker(hub), Worker(hub)
+    a.ask(1, bound=2, read_at=100.0)
+    b.ask(1, bound=2, read_at=100.5)
+    a.ask(2, bound=3, read_at=160.0)  # A read 3 slots after a failure
+    assert hub.replicas[URL].bound == 3 and a.answers()[-1] == (2, GRANTED, 1)
+    b.ask(2, bound=2, read_at=100.5)  # B still has its older reading: queued, not refused
+    assert hub.replicas[URL].bound == 3 and b.answers()[-1] == (2, QUEUED, 1)
+    b.ask(3, bound=2, read_at=190.0)  # a newer reading of fewer slots does take effect
+    assert hub.replicas[URL].bound == 2 and b.answers()[-1] == (3, QUEUED, 1)
+    a.ask(3, bound=5)  # no reading time (an older worker): the oldest, ignored
+    assert hub.replicas[URL].bound == 2
+
+
 async def test_a_restarted_service_grants_nothing_during_its_grace_while_slots_come_back() -> None:
     hub = GateHub(grace=0.2)
     a, b = Worker(hub), Worker(hub)
@@ -152,7 +171,7 @@ def test_ping_and_broken_lines() -> None:
     a.send(["p", 5])
     assert a.answers() == [(5, GRANTED, 0)]
     for bad in (b'["q", 1, "u", 0, 1]\n', b"not json\n", b'["z", 1]\n', b'["q", -1, "u", 1, 1]\n',
-                b"x" * 70_000):
+                b'["q", 1, "u", 1, 1, "later"]\n', b'["q", 1, "u", 1, 1, true]\n', b"x" * 70_000):
         peer = Worker(hub)
         peer.peer.data_received(bad)
         assert peer.wire.closed, bad

@@ -232,3 +232,35 @@ async def test_a_hung_service_costs_one_ack_timeout_then_the_share(service: Serv
     assert loop.time() - t0 < 0.5  # no round trip to a hung service
     g.release()
     await a.aclose()
+
+
+async def test_a_bound_read_again_after_a_failure_is_kept_over_the_other_workers_older_one(
+        service: Service) -> None:
+    """The backend restarted with 3 slots: only worker A's request failed, so only A reads the
+    new count; B, still on its 2 of a minute ago, asks next and must not take the room back."""
+    slots = {"n": 2}
+
+    async def read(url: str) -> int | None:
+        return slots["n"]
+
+    a, b = GateClient(service.path, 2), GateClient(service.path, 2)
+    ga, gb = gate(a, fixed=None, read=read), gate(b, fixed=None, read=read)
+    await ga.acquire()
+    await gb.acquire()
+    assert service.hub.replicas[URL].bound == 2 and ga.read_at <= gb.read_at
+    ga.release(failed=True)  # A's generation failed: its slot count is read again
+    gb.release()
+    slots["n"] = 3
+    await ga.acquire()
+    await asyncio.sleep(0.05)  # the re-read runs beside the first acquire
+    ga.release()
+    await ga.acquire()
+    assert ga.bound == 3 and gb.bound == 2 and ga.read_at > gb.read_at
+    await gb.acquire()
+    held = [asyncio.create_task(gb.acquire()) for _ in range(2)]  # B asks with its older 2
+    assert await settle(held) == 1 and service.hub.replicas[URL].bound == 3  # 3 at once, not 2
+    for t in held:
+        t.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    await a.aclose()
+    await b.aclose()
