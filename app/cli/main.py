@@ -68,7 +68,8 @@ def _serve(args: argparse.Namespace) -> int:
         print("ocm-gateway: no models configured (use --config FILE, or set OCMGW_MODEL and "
               "OCMGW_BACKEND_URL)", file=sys.stderr)
         return 2
-    requested, source = workers.requested(args.workers, cfg.workers)
+    requested, source = workers.requested(args.workers, cfg.workers,
+                                          explicit="workers" in cfg.model_fields_set)
     if args.embedded and requested not in (1, workers.AUTO):
         print(f"ocm-gateway: --embedded runs in one process; {source} asks for {requested} workers",
               file=sys.stderr)

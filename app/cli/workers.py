@@ -2,8 +2,8 @@
 
 :func:`parse_workers` is the option's argparse type: a positive integer or ``auto``.
 :func:`requested` picks the flag, else ``OCMGW_WORKERS``, else the config's top-level ``workers``
-key, else 1 (the built-in default).  :func:`choose` turns it into a count and a one-line reason
-for the log.  ``auto`` is the
+key, else ``auto`` (the built-in default).  :func:`choose` turns it into a count and a one-line
+reason for the log.  ``auto`` is the
 number of CPUs this process may run on (:func:`available_cpus`: ``os.sched_getaffinity``,
 capped by the cgroup's CPU quota, ``/sys/fs/cgroup/cpu.max`` on cgroup v2 or
 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` on v1, rounded up), except 1 when the workers
@@ -75,19 +75,19 @@ def available_cpus(root: Path = CGROUP_ROOT) -> tuple[int, str]:
     return max(1, affinity), source
 
 
-def requested(flag: int | str | None, configured: int | str,
+def requested(flag: int | str | None, configured: int | str, *, explicit: bool = True,
               env: Mapping[str, str] | None = None) -> tuple[int | str, str]:
     """What was asked for and where: the flag, else ``OCMGW_WORKERS``, else the config file's
-    ``workers`` (``configured`` is the loaded config's value, the variable already applied),
-    else the default (1)."""
+    ``workers`` (``configured`` is the loaded config's value, the variable already applied;
+    ``explicit``: the file or the variable set it), else the default (``auto``)."""
     env = os.environ if env is None else env
     if flag is not None:
         return flag, "--workers"
     if env.get("OCMGW_WORKERS", "").strip():
         return configured, "OCMGW_WORKERS"
-    if configured != 1:
+    if explicit:
         return configured, "config workers"
-    return 1, "the default"
+    return AUTO, "the default"
 
 
 def choose(requested: int | str, *, store_path: str, store_url: str | None, embedded: bool,
