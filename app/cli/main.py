@@ -26,6 +26,7 @@ from app.cli.parser import build_parser, subparsers
 from app.config import load_config
 from app.http.server import MAX_HEAD, connection_cap, protocol_class
 from app.http.ws_protocol import GracefulWebSocketProtocol
+from app.items import sealing
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -79,6 +80,10 @@ def _serve(args: argparse.Namespace) -> int:
     if requested == workers.AUTO:
         print(f"ocm-gateway: {source} auto: {count} worker{'s' if count > 1 else ''} ({why})",
               file=sys.stderr)
+    if count > 1 and not cfg.responses.encryption_key:  # one random key for every worker
+        os.environ[sealing.SERVE_KEY_ENV] = sealing.serve_key()
+    else:
+        os.environ.pop(sealing.SERVE_KEY_ENV, None)
     try:  # more than one worker without Redis: per-key limits counted once for the machine
         limits_service.start(count, cfg)
     except (OSError, RuntimeError) as exc:

@@ -13,6 +13,11 @@ Token: ``ocm1.`` + base64url (no padding) of ``key id (4) | nonce (12) | ciphert
 the key id (the first 4 bytes of the key's SHA-256) picks the key, so keys can be rotated
 (``previous_encryption_keys`` still open old tokens).  Every failure to open is a 400
 naming the parameter that carried the token, never a 500.
+
+Without a configured key the tokens are sealed with a random key of the running ``serve``:
+``serve`` with more than one worker draws it once and hands it to its workers in
+:data:`SERVE_KEY_ENV` (:func:`serve_key`), so a token made by one worker opens on every other
+(an agent's next request may reach any of them); it still dies with the ``serve`` process.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ _KEY_ID = 4
 _NONCE = 12
 _TAG = 16
 CODE = "invalid_encrypted_content"
+SERVE_KEY_ENV = "OCMGW_SERVE_SEAL_KEY"  # the random key one serve's workers share (no key configured)
+
+
+def serve_key() -> str:
+    """A fresh random key, as :data:`SERVE_KEY_ENV` carries it to ``serve``'s workers."""
+    return base64.urlsafe_b64encode(AESGCM.generate_key(bit_length=256)).decode()
 
 
 def parse_key(text: str) -> bytes:
@@ -77,14 +88,17 @@ class Sealer:
 
     @classmethod
     def from_config(cls, key: str | None, previous: Sequence[str] = ()) -> Sealer:
-        """The configured key, or (unset) a random one for this process, with a warning."""
+        """The configured key, or (unset) the random one of this ``serve`` (its workers share it:
+        :data:`SERVE_KEY_ENV`) or of this process, with a warning."""
         if key:
             return cls(parse_key(key), [parse_key(k) for k in previous])
+        shared = os.environ.get(SERVE_KEY_ENV, "")
         log.warning("[responses] encryption_key is not set: encrypted_content (reasoning and "
-                    "compaction items) is sealed with a random key of this process and cannot be "
-                    "opened after a restart or by another worker; set it (openssl rand -base64 32)")
-        return cls(AESGCM.generate_key(bit_length=256), [parse_key(k) for k in previous],
-                   ephemeral=True)
+                    "compaction items) is sealed with a random key of this %s and cannot be "
+                    "opened after a restart or by another replica; set it (openssl rand -base64 32)",
+                    "serve (its workers share it)" if shared else "process")
+        random_key = parse_key(shared) if shared else AESGCM.generate_key(bit_length=256)
+        return cls(random_key, [parse_key(k) for k in previous], ephemeral=True)
 
     @staticmethod
     def _aad(purpose: str, tenant: str) -> bytes:

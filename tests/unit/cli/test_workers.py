@@ -14,6 +14,7 @@ import uvicorn
 from app.cli import limits_service, supervisor, workers
 from app.cli import main as cli_main
 from app.cli.parser import build_parser
+from app.items import sealing
 
 
 def test_the_option_takes_a_positive_count_or_auto() -> None:
@@ -82,6 +83,7 @@ def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: s
     monkeypatch.setenv("OCMGW_MODEL", "m")
     monkeypatch.setenv("OCMGW_BACKEND_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("OCMGW__store__path", store)
+    monkeypatch.setenv(sealing.SERVE_KEY_ENV, "")  # whatever serve sets is undone after the test
     monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs in this process's affinity mask"))
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw, run="uvicorn"))
@@ -169,7 +171,7 @@ def _environment(monkeypatch: pytest.MonkeyPatch, store: str, extra: dict[str, s
     for name in [n for n in os.environ if n.startswith("OCMGW")]:
         monkeypatch.delenv(name)
     for name, value in {"OCMGW_MODEL": "m", "OCMGW_BACKEND_URL": "http://127.0.0.1:9",
-                        "OCMGW__store__path": store, **extra}.items():
+                        "OCMGW__store__path": store, sealing.SERVE_KEY_ENV: "", **extra}.items():
         monkeypatch.setenv(name, value)
 
 
@@ -183,3 +185,21 @@ def _serve_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, ext
     _environment(monkeypatch, store, extra)
     assert cli_main.main(["serve", *argv]) == 0
     return seen
+
+
+def test_workers_without_a_configured_key_share_one_random_sealing_key(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """encrypted_content sealed by one worker must open on the others (an agent's next turn
+    reaches any of them): serve draws one random key and hands it to its workers."""
+    store = str(tmp_path / "r.sqlite3")
+    keys = set()
+    for _ in range(2):
+        assert _serve(monkeypatch, tmp_path, store, "--workers", "2")["workers"] == 2
+        keys.add(os.environ[sealing.SERVE_KEY_ENV])
+        assert len(sealing.parse_key(os.environ[sealing.SERVE_KEY_ENV])) == 32
+    assert len(keys) == 2  # a fresh key for each serve
+    _serve(monkeypatch, tmp_path, store, "--workers", "1")
+    assert sealing.SERVE_KEY_ENV not in os.environ  # one process: its own key
+    configured = {"OCMGW__responses__encryption_key": sealing.serve_key()}
+    assert _serve_with(monkeypatch, tmp_path, store, configured, "--workers", "2")["workers"] == 2
+    assert sealing.SERVE_KEY_ENV not in os.environ  # the configured key serves every worker

@@ -223,15 +223,21 @@ async def test_a_client_that_leaves_closes_the_upstream_request(protocol: Protoc
 @BOTH
 async def test_serve_runs_uvicorn_with_the_configured_protocol(protocol: Protocol,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.cli import limits_service, supervisor
     from app.cli.main import main
 
     seen: dict[str, object] = {}
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(supervisor, "run", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(limits_service, "start", lambda n, cfg: None)
     for name in [name for name in os.environ if name.startswith("OCMGW")]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("OCMGW_SERVE_SEAL_KEY", "")  # what serve sets is undone after the test
     monkeypatch.setenv("OCMGW_MODEL", MODEL)
     monkeypatch.setenv("OCMGW_BACKEND_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("OCMGW__http__protocol", protocol)
-    assert main(["serve"]) == 0
-    assert seen["http"] is PROTOCOLS[protocol]
-    assert seen["h11_max_incomplete_event_size"] == MAX_HEAD
+    for workers in ("1", "2"):  # one process, or the default's N workers under the supervisor
+        seen.clear()
+        assert main(["serve", "--workers", workers]) == 0
+        assert seen["http"] is PROTOCOLS[protocol] and seen["workers"] == int(workers)
+        assert seen["h11_max_incomplete_event_size"] == MAX_HEAD

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidRequest
-from app.items.sealing import PREFIX, Sealer, parse_key
+from app.items.sealing import PREFIX, SERVE_KEY_ENV, Sealer, parse_key, serve_key
 
 KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER = base64.urlsafe_b64encode(bytes(range(1, 33))).decode().rstrip("=")
@@ -110,3 +110,24 @@ def test_every_single_character_change_is_refused(data: st.DataObject) -> None:
         return  # the last character's unused low bits: the same bytes
     with pytest.raises(InvalidRequest):
         _open(forged)
+
+
+def test_without_a_key_the_workers_of_one_serve_share_its_random_key(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """serve with N workers hands them one random key (SERVE_KEY_ENV): a token sealed by one
+    opens on another; without it each process has its own, and a token dies with it."""
+    monkeypatch.delenv(SERVE_KEY_ENV, raising=False)
+    alone = [Sealer.from_config(None), Sealer.from_config(None)]
+    token = alone[0].seal(b"thinking", purpose="reasoning", tenant="a")
+    with pytest.raises(InvalidRequest):
+        _open(token, alone[1])
+    monkeypatch.setenv(SERVE_KEY_ENV, serve_key())
+    with caplog.at_level(logging.WARNING, logger="ocm_gateway"):
+        worker_a, worker_b = Sealer.from_config(None), Sealer.from_config(None)
+    assert "random key of this serve (its workers share it)" in caplog.text
+    assert worker_a.ephemeral and worker_b.ephemeral
+    token = worker_a.seal(b"thinking", purpose="reasoning", tenant="a")
+    assert _open(token, worker_b) == b"thinking"
+    with pytest.raises(InvalidRequest):
+        _open(token, alone[0])
+    assert _open(SEALER.seal(b"x", purpose="reasoning", tenant="a"), Sealer.from_config(KEY)) == b"x"
