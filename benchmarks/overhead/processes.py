@@ -182,8 +182,9 @@ def imported_from(log_path: Path, tree: Tree) -> dict[str, str]:
 def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str,
                   config_for: Callable[[int], str] | None = None) -> Iterator[Gateway]:
     """``ocm-gateway serve`` from ``tree`` (cwd and ``PYTHONPATH``), config and log in ``workdir``,
-    with ``--workers N`` when the tree asks for more than one worker; yields it once ``/ready``
-    answers 200.  The config is ``config_for(port)``, by default :func:`gateway_config`'s."""
+    with ``--workers N`` (the tree's count, always given: ``serve``'s default is ``auto``);
+    yields it once ``/ready`` answers 200.  The config is ``config_for(port)``, by default
+    :func:`gateway_config`'s."""
     port = free_port()
     config = config_for(port) if config_for else gateway_config(port, fake)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +192,7 @@ def start_gateway(fake: Fake, tree: Tree, workdir: Path, log_level: str,
     cfg_path.write_text(config)
     log_path = workdir / "gateway.log"
     cmd = [sys.executable, "-c", LAUNCHER, tree.entry, "serve", "--config", str(cfg_path),
-           "--log-level", log_level, *(["--workers", str(tree.workers)] if tree.workers != 1 else [])]
+           "--log-level", log_level, "--workers", str(tree.workers)]  # always: serve's default is auto
     env = tree_env(tree) | ({"OCM_OVERHEAD_NODELAY": "1"} if tree.nodelay else {})
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=tree.path, env=env, stdout=log, stderr=subprocess.STDOUT)
