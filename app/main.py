@@ -49,13 +49,14 @@ from app.http import errors, internal, openapi, routes_meta
 from app.http.anthropic import AnthropicErrors
 from app.http.auth import AuthMiddleware
 from app.http.counters import Counters, RedisCounters
-from app.http.keys import KeyResolver
+from app.http.keys import KeyResolver, share_changes
 from app.http.limits import LimitsMiddleware
 from app.http.machine_counters import from_environment as machine_counters_from_env
 from app.http.machine_metrics import from_environment as machine_metrics_from_env
 from app.http.machine_metrics import run_rows
 from app.http.multipart import OVERHEAD as UPLOAD_OVERHEAD
 from app.http.observe import RECENT_ERRORS, ObserveMiddleware
+from app.http.startup_log import during_startup, started
 from app.http.usage import Budgets, UsageRecorder
 from app.knowledge.service import open_knowledge
 from app.metrics import Metrics
@@ -68,6 +69,7 @@ from app.tools.search_searxng import SearxngSearch
 def create_app(config: GatewayConfig | None = None,
                transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     """Build the gateway.  ``transport`` replaces the network (tests use MockTransport)."""
+    startup = during_startup()  # serve --workers N: a start-up warning once, not per worker
     cfg = config if config is not None else load_config()
 
     @asynccontextmanager
@@ -115,6 +117,10 @@ def create_app(config: GatewayConfig | None = None,
 
         listener = (asyncio.get_running_loop().create_task(signals.listen(cancel_here, registry.cool))
                     if signals is not None else None)
+        # a key revoked or changed through /admin/keys: forgotten by every worker / replica at once
+        key_listener = share_changes(resolver, signals, getattr(app.state, "redis", None))
+        if isinstance(signals, MachineSignals):  # /admin/usage: every worker flushes first
+            signals.asks.handlers["usage"] = lambda _: usage.flush()
         if signals is not None:  # upstream replicas found failing: every gateway skips them
             registry.share_cooldowns(signals.cooldown)
         if signals is not None:  # background runs' events, for readers on other replicas
@@ -138,6 +144,7 @@ def create_app(config: GatewayConfig | None = None,
         # requests made: ~10 ms instead of 45-70 ms with every request and /health held
         # (benchmarks/RESULTS.md, hostile requests).
         gc.freeze()
+        started(startup)
         try:
             yield
         finally:
@@ -153,6 +160,8 @@ def create_app(config: GatewayConfig | None = None,
                 flusher.cancel()
             if listener is not None:
                 listener.cancel()
+            if key_listener is not None:
+                key_listener.cancel()
             await engine.shutdown(within=10)  # runs persist their final state before the store closes
             if isinstance(signals, MachineSignals):  # after the runs' last events are copied
                 signals.close()

@@ -8,7 +8,7 @@ socket of its own (``gates.sock`` in the same 0700 directory, path in ``OCMGW_GA
 each worker keeps one connection (:class:`app.engine.machine_gate.GateClient`).  One event loop
 decides, so two workers never both take a replica's last slot.
 
-The wire: one JSON array a line, in order on each connection.
+The wire: one JSON array a line, in order on each connection (:mod:`app.core.json_lines`).
 
 * ``["q", id, url, bound, max_queue, read_at]`` acquire one of ``url``'s slots (``bound``: the
   asking worker's bound for it; ``read_at``: when that worker read it, ``time.monotonic()``,
@@ -38,16 +38,12 @@ A line over :data:`MAX_LINE` or one that does not parse closes its connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import os
 import time
 
-import orjson
+from app.core.json_lines import LinePeer, listen_unix
+from app.core.json_lines import count as _int
+from app.core.json_lines import text as _text
 
-from app.engine.signal_hub import split_lines
-
-log = logging.getLogger("ocm_gateway")
 GATES_ENV = "OCMGW_GATES_SOCKET"
 WORKERS_ENV = "OCMGW_WORKER_COUNT"  # serve's worker count: each one's share of a bound without the service
 MAX_LINE = 64 * 1024
@@ -155,36 +151,21 @@ class GateHub:
             peer.answer(ident, GRANTED, slots.busy)
 
 
-class _Peer(asyncio.Protocol):
-    """One worker's connection."""
+class _Peer(LinePeer):
+    """One worker's connection (lines over :data:`MAX_LINE` or malformed: closed)."""
+
+    max_line = MAX_LINE
+    name = "gates"
 
     def __init__(self, hub: GateHub) -> None:
+        super().__init__()
         self.hub = hub
         self.owned: dict[int, str] = {}  # id -> url: slots held and places in queues
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
 
     def answer(self, ident: int, kind: int, busy: int) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"[%d,%d,%d]\n" % (ident, kind, busy))
+        self.send(b"[%d,%d,%d]\n" % (ident, kind, busy))
 
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        lines = split_lines(self.buffer, data, MAX_LINE)
-        try:
-            if lines is None:
-                raise ValueError("line too long")
-            for line in lines:
-                self._handle(orjson.loads(line))
-        except (ValueError, TypeError, IndexError, KeyError):
-            log.warning("gates: a malformed line; closing that connection")
-            self.transport.close()
-
-    def _handle(self, msg: list[object]) -> None:
+    def handle(self, msg: list[object]) -> None:
         op, ident = msg[0], _int(msg[1])
         hub = self.hub
         if op == "q":
@@ -207,32 +188,16 @@ class _Peer(asyncio.Protocol):
         self.hub.gone(self)
 
 
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(value)
-    return value
-
-
 def _time(value: object) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
         raise TypeError(value)  # NaN would never compare
     return float(value)
 
 
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(value)
-    return value
-
-
 async def listen(path: str, grace: float = 0.0) -> tuple[asyncio.Server, GateHub]:
     """The machine's gates listening on ``path`` (mode 0600); a restarted service's ``grace``."""
     hub = GateHub(grace)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a socket left by a service that was killed
-    loop = asyncio.get_running_loop()
-    server = await loop.create_unix_server(hub.protocol, path)
-    os.chmod(path, 0o600)
+    server = await listen_unix(path, hub.protocol)
     if grace > 0:
-        loop.call_later(grace + 0.01, hub.pump)
+        asyncio.get_running_loop().call_later(grace + 0.01, hub.pump)
     return server, hub

@@ -33,13 +33,12 @@ import logging
 import math
 import os
 import time
-
-import orjson
+from typing import Any
 
 from app.core.errors import Overloaded
+from app.core.json_lines import LinePeer
 from app.engine.admission import ReplicaGate, SlotReader
 from app.engine.gate_hub import GATES_ENV, GRANTED, MAX_LINE, QUEUED, REFUSED, WORKERS_ENV
-from app.engine.signal_hub import split_lines
 
 log = logging.getLogger("ocm_gateway")
 LOST = -1  # the connection closed before an answer
@@ -59,36 +58,30 @@ class _Ask:
         self.grant: asyncio.Future[bool] = loop.create_future()  # True: granted; False: lost
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(LinePeer):
+    """A worker's connection: answers ``[id, kind, busy]``, a queued ask's grant later."""
+
+    max_line = MAX_LINE
+    name = "replica gates (the gate service's connection)"
+
     def __init__(self, client: GateClient) -> None:
+        super().__init__()
         self.client = client
         self.asks: dict[int, _Ask] = {}
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
         self.closed = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        lines = split_lines(self.buffer, data, MAX_LINE)
-        try:
-            for line in lines if lines is not None else [b"!"]:
-                ident, kind, busy = orjson.loads(line)
-                ask = self.asks.get(ident)
-                if ask is None:
-                    continue
-                self.client.busy[ask.url] = (busy == 1, time.monotonic())
-                if kind != QUEUED:
-                    del self.asks[ident]
-                if not ask.ack.done():
-                    ask.ack.set_result(kind)
-                if kind == GRANTED and not ask.grant.done():
-                    ask.grant.set_result(True)
-        except (ValueError, TypeError):
-            log.warning("gates: a malformed answer from the gate service; closing the connection")
-            self.close()
+    def handle(self, msg: list[Any]) -> None:
+        ident, kind, busy = msg
+        ask = self.asks.get(ident)
+        if ask is None:
+            return
+        self.client.busy[ask.url] = (busy == 1, time.monotonic())
+        if kind != QUEUED:
+            del self.asks[ident]
+        if not ask.ack.done():
+            ask.ack.set_result(kind)
+        if kind == GRANTED and not ask.grant.done():
+            ask.grant.set_result(True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -100,14 +93,9 @@ class _Connection(asyncio.Protocol):
         self.asks.clear()
         self.client._lost(self)
 
-    def send(self, msg: list[object]) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(orjson.dumps(msg) + b"\n")
-
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        super().close()
 
 
 class GateClient:
@@ -155,7 +143,7 @@ class GateClient:
 
     def _register(self, conn: _Connection) -> None:
         for ident, url in self.held.items():  # a restarted service learns what is still held
-            conn.send(["h", ident, url])
+            conn.send_message(["h", ident, url])
 
     async def _connection(self) -> _Connection:
         conn = self._conn
@@ -195,7 +183,7 @@ class GateClient:
                 ping = _Ask(loop, "")
                 ident = self.next_id()
                 conn.asks[ident] = ping
-                conn.send(["p", ident])
+                conn.send_message(["p", ident])
                 async with asyncio.timeout(self.ack_timeout):
                     answered = await ping.ack
             except (OSError, TimeoutError):
@@ -223,7 +211,7 @@ class GateClient:
             raise GateUnavailable from None
         ask = _Ask(asyncio.get_running_loop(), url)
         conn.asks[ident] = ask
-        conn.send(["q", ident, url, bound, max_queue, read_at])
+        conn.send_message(["q", ident, url, bound, max_queue, read_at])
         try:
             try:
                 async with asyncio.timeout(self.ack_timeout):
@@ -241,7 +229,7 @@ class GateClient:
                 except TimeoutError:
                     if not (ask.grant.done() and ask.grant.result()):
                         conn.asks.pop(ident, None)
-                        conn.send(["r", ident])  # its place given up (or the slot just granted)
+                        conn.send_message(["r", ident])  # its place given up (or the slot just granted)
                         raise Overloaded(f"The backend at {url} is at capacity: no slot within the "
                                          "queue timeout; retry later.", retry_after=retry_after) from None
                     granted = True
@@ -252,7 +240,7 @@ class GateClient:
             self.held[ident] = url
         except asyncio.CancelledError:  # the client left: its place (or the slot) is given up
             conn.asks.pop(ident, None)
-            conn.send(["r", ident])
+            conn.send_message(["r", ident])
             raise
 
     def hold(self, ident: int, url: str) -> None:
@@ -260,14 +248,14 @@ class GateClient:
         self.held[ident] = url
         conn = self._conn
         if conn is not None and not self._down:
-            conn.send(["h", ident, url])
+            conn.send_message(["h", ident, url])
 
     def release(self, ident: int) -> None:
         if self.held.pop(ident, None) is None:
             return
         conn = self._conn
         if conn is not None:
-            conn.send(["r", ident])  # else: freed when the connection closed
+            conn.send_message(["r", ident])  # else: freed when the connection closed
 
     async def aclose(self) -> None:
         self._down = False  # no more probing

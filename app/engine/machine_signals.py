@@ -12,6 +12,8 @@ Design: one Unix-socket connection per worker, kept open by :meth:`MachineSignal
   does; the hub unreachable is :class:`~app.engine.signals.SignalsUnavailable`, which sends the
   caller (:func:`app.api.responses.following.cancel_elsewhere`) through the store instead;
 * upstream cooldowns go to every other worker (best effort: each learns on its own too);
+* :meth:`MachineSignals.everywhere` has every other worker run a handler of :attr:`asks`
+  and returns once they have (:mod:`app.engine.machine_asks`: a revoked key, usage flushed);
 * a background run's payloads are copied in order (:class:`MachineMirror`, written once per
   event-loop turn), then an end marker; another worker's follower (:class:`MachineReader`)
   pulls them by position, so it joins at any point with no gap and no duplicate.
@@ -36,34 +38,28 @@ from typing import Any
 
 import orjson
 
-from app.engine.signal_hub import MAX_LINE, SIGNALS_ENV, split_lines
+from app.core.json_lines import Dial, LineClient
+from app.engine.machine_asks import WorkerAsks
+from app.engine.signal_hub import MAX_LINE, SIGNALS_ENV
 from app.engine.signals import RemoteReader, Settle, SignalsUnavailable
 
 log = logging.getLogger("ocm_gateway")
 Json = dict[str, Any]
 
 
-class _Link(asyncio.Protocol):
+class _Link(LineClient):
     """The worker's connection to the hub: lines out (written once per loop turn, in order),
     answers matched to their requests, cancels and cooldowns handed to ``signals``."""
 
+    max_line = MAX_LINE
+    name = "run signals (the signal hub's connection)"
+
     def __init__(self, signals: MachineSignals) -> None:
+        super().__init__()
         self.signals = signals
-        self.waiting: dict[int, asyncio.Future[list[Any]]] = {}
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
         self.pending: list[bytes] = []
-        self.closed = asyncio.Event()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    @property
-    def alive(self) -> bool:
-        return not self.closed.is_set()
-
-    def send(self, line: bytes) -> None:
+    def write(self, line: bytes) -> None:
         if not self.alive:
             return
         if not self.pending:
@@ -75,43 +71,12 @@ class _Link(asyncio.Protocol):
             self.transport.write(b"".join(self.pending))
         self.pending.clear()
 
-    async def request(self, msg: list[Any], ident: int, within: float) -> list[Any]:
-        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[ident] = waiter
-        self.send(orjson.dumps(msg) + b"\n")
-        try:
-            async with asyncio.timeout(within):
-                return await waiter
-        finally:
-            self.waiting.pop(ident, None)
-
-    def data_received(self, data: bytes) -> None:
-        lines = split_lines(self.buffer, data, MAX_LINE)
-        if lines is None:
-            self.close()
-            return
-        for line in lines:
-            if not line:
-                continue
-            msg = orjson.loads(line)
-            if isinstance(msg[0], int):
-                waiter = self.waiting.pop(msg[0], None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(msg)
-            else:
-                self.signals._heard(msg)
+    def heard(self, msg: list[Any]) -> None:
+        self.signals._heard(msg)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed.set()
-        for waiter in self.waiting.values():
-            if not waiter.done():
-                waiter.set_exception(ConnectionResetError("the signal hub closed the connection"))
-        self.waiting.clear()
+        super().connection_lost(exc)
         self.pending.clear()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
 
 
 class MachineSignals:
@@ -122,30 +87,37 @@ class MachineSignals:
     def __init__(self, path: str, *, timeout: float = 1.0) -> None:
         self.path = path
         self.timeout = timeout
-        self._link: _Link | None = None
-        self._lock = asyncio.Lock()
+        self._dial = Dial(path, lambda: _Link(self), timeout)
         self._ids = itertools.count(1)
         self._on_cancel: Callable[[str], None] | None = None
         self._on_cooldown: Callable[[str, float], None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self.asks = WorkerAsks()  # handlers for the other workers' "f" asks
+
+    @property
+    def _link(self) -> _Link | None:
+        return self._dial.current
 
     async def link(self) -> _Link:
         """The connection to the hub (made now if there is none); OSError / TimeoutError."""
-        link = self._link
-        if link is not None and link.alive:
-            return link
-        async with self._lock, asyncio.timeout(self.timeout):
-            if self._link is None or not self._link.alive:
-                _, fresh = await asyncio.get_running_loop().create_unix_connection(
-                    lambda: _Link(self), self.path)
-                self._link = fresh
-            return self._link
+        return await self._dial()
 
     def _heard(self, msg: list[Any]) -> None:
         if msg[0] == "c" and self._on_cancel is not None:
             self._on_cancel(str(msg[1]))
         elif msg[0] == "k" and self._on_cooldown is not None:
             self._on_cooldown(str(msg[1]), float(msg[2]))
+        elif msg[0] == "f" and self._link is not None:
+            self.asks.heard(int(msg[1]), list(msg[2]), self._link.send)
+
+    async def everywhere(self, what: list[Any], within: float = 1.0) -> tuple[int, int]:
+        """Have every other worker run its handler ``what[0]`` (with ``what[1:]``); once all
+        have, or after ``within`` seconds: (how many did, how many were asked).  The hub
+        unreachable: OSError / TimeoutError."""
+        ident = next(self._ids)
+        link = await self.link()
+        answer = await link.request(["f", ident, int(within * 1000), what], ident, within + self.timeout)
+        return int(answer[1]), int(answer[2])
 
     async def cancel(self, run_id: str) -> None:
         ident = next(self._ids)
@@ -185,20 +157,8 @@ class MachineSignals:
         """Keep the connection open until cancelled, handing every cancel and cooldown heard
         to the callbacks."""
         self._on_cancel, self._on_cooldown = on_cancel, on_cooldown
-        delay, failing = 0.05, False
-        while True:
-            try:
-                link = await self.link()
-            except (OSError, TimeoutError) as exc:
-                if not failing:
-                    log.warning("run signals: the machine's signal service is unavailable (%s); "
-                                "retrying", type(exc).__name__)
-                failing = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            failing, delay = False, 0.05
-            await link.closed.wait()
+        # (re)connected: what was asked meanwhile was not heard here
+        await self._dial.keep(up=lambda: self.asks.linked(), down=_unavailable)
 
     def close(self) -> None:
         """Close the connection once what is written on it has been sent (shutdown)."""
@@ -280,6 +240,11 @@ class MachineReader(RemoteReader):
         elif state == 2:
             self._hub = False  # trimmed or lost: what follows comes from the store
         return batch, True
+
+
+def _unavailable(exc: Exception) -> None:
+    log.warning("run signals: the machine's signal service is unavailable (%s); retrying",
+                type(exc).__name__)
 
 
 def from_environment() -> MachineSignals | None:

@@ -7,13 +7,15 @@ in ``OCMGW_SIGNALS_SOCKET``): one process and one event loop for the machine, so
 to start, restart or watch, and a fault on one socket's protocol never touches the other's.
 Each worker keeps one connection (:class:`~app.engine.machine_signals.MachineSignals`).
 
-The wire: one JSON array a line, in order on each connection.
+The wire: one JSON array a line, in order on each connection (:mod:`app.core.json_lines`).
 
 * ``["c", id, run_id]`` cancel: sent at once to the run's owner (the connection that opened
   its copy) and answered ``[id, 1]``; owner unknown (not a background run, or its copy was
   lost): sent to every other connection and answered ``[id, 0]``.  Delivered as
   ``["c", run_id]``; the caller confirms the effect in the store, as with Redis.
 * ``["k", url, seconds]`` an upstream cooldown: sent to every other connection as it came.
+* ``["f", id, deadline_ms, what]`` / ``["F", tag]``: ask every other worker to run a handler
+  and answer once all have (a key revoked, ``/admin/usage``'s flush): :mod:`app.engine.machine_asks`.
 * ``["o", run_id]`` / ``["e", run_id, payload]`` / ``["z", run_id]`` / ``["x", run_id]``: the
   owner opens a background run's copy, adds a payload, ends it, or gives it up (the rest will
   only be in the store).  Not answered.
@@ -38,13 +40,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-import os
 import time
 from typing import Any
 
 import orjson
+
+from app.core.json_lines import LinePeer, listen_unix
+from app.core.json_lines import count as _int
+from app.core.json_lines import text as _text
+from app.engine.machine_asks import HubAsks
 
 log = logging.getLogger("ocm_gateway")
 SIGNALS_ENV = "OCMGW_SIGNALS_SOCKET"
@@ -56,20 +61,6 @@ ANSWER_BYTES = 256 * 1024  # one read's answer (at least one payload)
 ANSWER_COUNT = 512
 PEER_BUFFER = 64 * 1024 * 1024  # unread output of one connection
 MAX_LINE = RUN_BYTES + 4096
-
-
-def split_lines(buffer: bytearray, data: bytes, limit: int) -> list[bytes] | None:
-    """Add ``data`` to ``buffer``; the complete lines it now holds (removed from it), or None
-    when an unfinished line is over ``limit`` (a broken peer).  Only ``data`` is searched for a
-    newline: a long line arriving in pieces is not rescanned."""
-    end = data.rfind(b"\n")
-    if end < 0:
-        buffer += data
-        return None if len(buffer) > limit else []
-    buffer += data[:end]
-    lines = bytes(buffer).split(b"\n")
-    buffer[:] = data[end + 1:]
-    return None if len(buffer) > limit else lines
 
 
 class _Log:
@@ -100,6 +91,7 @@ class SignalHub:
         self.peers: set[_Peer] = set()
         self.logs: dict[str, _Log] = {}
         self.total = 0
+        self.asks = HubAsks()  # "f": every other worker runs a handler (app/engine/machine_asks.py)
 
     def protocol(self) -> _Peer:
         return _Peer(self)
@@ -231,6 +223,7 @@ class SignalHub:
         """A connection closed: its runs' copies end (their readers read the store), its reads
         are forgotten."""
         self.peers.discard(peer)
+        self.asks.lost(peer)
         for entry in self.logs.values():
             if entry.waiting:
                 for _, _, _, handle in [w for w in entry.waiting if w[0] is peer]:
@@ -252,20 +245,21 @@ class SignalHub:
                 del self.logs[run_id]
 
 
-class _Peer(asyncio.Protocol):
-    """One worker's connection."""
+class _Peer(LinePeer):
+    """One worker's connection (lines over :data:`MAX_LINE` or malformed: closed)."""
+
+    max_line = MAX_LINE
+    name = "signal hub"
 
     def __init__(self, hub: SignalHub) -> None:
+        super().__init__()
         self.hub = hub
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        super().connection_made(transport)
         self.hub.peers.add(self)
 
-    def send(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -275,20 +269,7 @@ class _Peer(asyncio.Protocol):
             return
         transport.write(data)
 
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        lines = split_lines(self.buffer, data, MAX_LINE)
-        try:
-            if lines is None:
-                raise ValueError("line too long")
-            for line in lines:
-                if line:
-                    self._handle(orjson.loads(line))
-        except (ValueError, TypeError, IndexError, KeyError):
-            log.warning("signal hub: a malformed line; closing that connection")
-            self.transport.abort()
-
-    def _handle(self, msg: list[Any]) -> None:
+    def handle(self, msg: list[Any]) -> None:
         op, hub = msg[0], self.hub
         if op == "e":
             hub.push(_text(msg[1]), orjson.dumps(msg[2]))
@@ -302,6 +283,10 @@ class _Peer(asyncio.Protocol):
             hub.cancel(self, _int(msg[1]), _text(msg[2]))
         elif op == "k":
             hub.broadcast(self, orjson.dumps(["k", _text(msg[1]), float(msg[2])]))
+        elif op == "f":
+            hub.asks.ask(self, hub.peers, _int(msg[1]), _int(msg[2]), msg[3])
+        elif op == "F":
+            hub.asks.answered(self, _int(msg[1]))
         else:
             raise ValueError(op)
 
@@ -310,24 +295,8 @@ class _Peer(asyncio.Protocol):
         self.transport = None
 
 
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(value)
-    return value
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int) or value < 0:
-        raise TypeError(value)
-    return value
-
-
 async def listen(path: str) -> tuple[asyncio.Server, SignalHub]:
     """A hub listening on ``path`` (mode 0600); its owner calls :meth:`SignalHub.sweep` now
     and then (the counter service's half-second tick)."""
     hub = SignalHub()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a socket left by a service that was killed
-    server = await asyncio.get_running_loop().create_unix_server(hub.protocol, path)
-    os.chmod(path, 0o600)
-    return server, hub
+    return await listen_unix(path, hub.protocol), hub

@@ -10,8 +10,10 @@ the last slot.  :class:`MachineCounters` is the workers' side, the same calls as
 
 Contract:
 
-* The wire: one JSON array a line.  ``["a", id, who, rpm, tpm, concurrent, generation, lease]``
-  is answered ``[id, kind, retry_after]`` (kind 0: admitted, 1-3: refused as
+* The wire: one JSON array a line (:mod:`app.core.json_lines`: a line over 64 KiB, or one
+  that does not parse, closes its connection).
+  ``["a", id, who, rpm, tpm, concurrent, generation, lease]`` is answered
+  ``[id, kind, retry_after]`` (kind 0: admitted, 1-3: refused as
   :class:`~app.http.counters.LocalCounters` says, -1: not deciding yet); ``["r", who, lease, tokens]``
   (release) and ``["h", who, lease]`` (hold: re-register a slot) are not answered.  Lines
   arrive in order on a worker's one connection, so a release never overtakes its admission.
@@ -28,7 +30,7 @@ Contract:
 * The service exits when the process that started it (``parent``) is gone.
 * The same process serves the machine's signal hub (:mod:`app.engine.signal_hub`: cancels,
   upstream cooldowns, background runs' live events) on a socket of its own, when given one,
-  and the workers' ``/metrics`` relay (:mod:`app.http.machine_metrics`) on a third, and the
+  and the workers' ``/metrics`` relay (:mod:`app.http.metrics_relay`) on a third, and the
   machine's replica gates (:mod:`app.engine.gate_hub`: llama.cpp's slots, ``[models.X]
   max_inflight``, one bound for all the workers) on a fourth.
 """
@@ -45,77 +47,47 @@ import time
 import uuid
 from collections.abc import Callable
 
-import orjson
-
+from app.core.json_lines import LineClient, LinePeer, close_unix, count, listen_unix
+from app.core.json_lines import text as _text
 from app.engine import gate_hub, signal_hub
-from app.http import machine_metrics
+from app.http import metrics_relay
 from app.http.counters import Budget, CountersUnavailable, LocalCounters, RateLimited, _refusal, unlimited
 
 log = logging.getLogger("ocm_gateway")
 SOCKET_ENV = "OCMGW_COUNTERS_SOCKET"
-MAX_LINE = 64 * 1024  # a line longer than this is a broken peer: its connection is closed
-
-
-def _lines(buffer: bytearray, data: bytes) -> list[bytes]:
-    """Add ``data`` to ``buffer``; the complete lines it now holds (removed from it)."""
-    buffer += data
-    end = buffer.rfind(b"\n")
-    if end < 0:
-        return []
-    lines = bytes(buffer[:end]).split(b"\n")
-    del buffer[:end + 1]
-    return lines
 
 
 # --- the service ---------------------------------------------------------------------------
 
-class _Peer(asyncio.Protocol):
-    """One worker's connection: its lines decided in arrival order; its slots freed when it
-    closes."""
+class _Peer(LinePeer):
+    """One worker's connection: its lines decided in arrival order (the answers to one read
+    in one write); its slots freed when it closes.  A line over 64 KiB, or a malformed one,
+    closes it (:class:`~app.core.json_lines.LinePeer`)."""
+
+    name = "limits service"
 
     def __init__(self, counters: LocalCounters, grace_until: float = 0.0) -> None:
+        super().__init__()
         self.counters = counters
         self.grace_until = grace_until  # a restarted service: workers re-register their slots first
         self.held: dict[str, str] = {}  # lease -> who, slots taken through this connection
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        out = []
-        try:
-            for line in _lines(self.buffer, data):
-                answer = self._handle(orjson.loads(line))
-                if answer is not None:
-                    out.append(answer)
-        except (ValueError, TypeError, IndexError, KeyError):
-            log.warning("limits service: a malformed line; closing that connection")
-            self.transport.close()
-            return
-        if len(self.buffer) > MAX_LINE:
-            self.transport.close()
-            return
-        if out:
-            self.transport.write(b"".join(out))
-
-    def _handle(self, msg: list[object]) -> bytes | None:
+    def handle(self, msg: list[object]) -> None:
         op = msg[0]
         if op == "a":
             _, ident, who, rpm, tpm, concurrent, generation, lease = msg
             if self.grace_until and time.monotonic() < self.grace_until:
-                return orjson.dumps([ident, -1, 0]) + b"\n"  # not deciding yet: a 503
+                self.send_message([ident, -1, 0])  # not deciding yet: a 503
+                return
             budget = Budget(_limit(rpm), _limit(tpm), _limit(concurrent))
             decided = self.counters.decide(_text(who), budget, bool(generation), _text(lease))
             if decided is None:
                 if generation:
                     self.held[_text(lease)] = _text(who)
-                return orjson.dumps([ident, 0, 0]) + b"\n"
-            return orjson.dumps([ident, decided[0], decided[1]]) + b"\n"
-        if op == "r":
+                self.send_message([ident, 0, 0])
+            else:
+                self.send_message([ident, decided[0], decided[1]])
+        elif op == "r":
             _, who, lease, tokens = msg
             self.held.pop(_text(lease), None)
             self.counters.release(_text(who), _text(lease), _limit(tokens) or 0)
@@ -125,7 +97,6 @@ class _Peer(asyncio.Protocol):
             self.counters.hold(_text(who), _text(lease))
         else:
             raise ValueError(op)
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         for lease, who in self.held.items():  # a worker gone (killed) gives its slots back
@@ -134,15 +105,7 @@ class _Peer(asyncio.Protocol):
 
 
 def _limit(value: object) -> int | None:
-    if not isinstance(value, int) or value < 0:
-        raise TypeError(value)
-    return value or None
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(value)
-    return value
+    return count(value) or None  # 0: no limit
 
 
 async def serve(path: str, lease_seconds: float, parent: int | None = None, grace: float = 0.0,
@@ -155,14 +118,10 @@ async def serve(path: str, lease_seconds: float, parent: int | None = None, grac
     accepting means both are up)."""
     counters = LocalCounters(lease_seconds)
     hub_server, hub = await signal_hub.listen(signals) if signals else (None, None)
-    relay_server = (await machine_metrics.listen(metrics))[0] if metrics else None  # /metrics
+    relay_server = (await metrics_relay.listen(metrics))[0] if metrics else None  # /metrics
     gates_server = (await gate_hub.listen(gates, grace))[0] if gates else None  # replica slots
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a socket left by a service that was killed
-    loop = asyncio.get_running_loop()
     until = time.monotonic() + grace if grace > 0 else 0.0
-    server = await loop.create_unix_server(lambda: _Peer(counters, until), path)
-    os.chmod(path, 0o600)
+    server = await listen_unix(path, lambda: _Peer(counters, until))
     if ready is not None:
         ready()
     try:
@@ -175,59 +134,26 @@ async def serve(path: str, lease_seconds: float, parent: int | None = None, grac
             if tick % 60 == 0:
                 counters.sweep(time.monotonic())
     finally:
-        server.close()
-        if gates_server is not None and gates:
-            gates_server.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(gates)
-        if relay_server is not None and metrics:
-            relay_server.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(metrics)
-        if hub_server is not None and signals:
-            hub_server.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(signals)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        close_unix(server, path)
+        close_unix(gates_server, gates)
+        close_unix(relay_server, metrics)
+        close_unix(hub_server, signals)
 
 
 # --- the workers' side ---------------------------------------------------------------------
 
-class _Connection(asyncio.Protocol):
+class _Connection(LineClient):
+    """A worker's connection: answers ``[id, kind, retry_after]`` matched to admissions."""
+
+    name = "limits (the counter service's connection)"
+
     def __init__(self, lost: Callable[[], None]) -> None:
+        super().__init__()
         self.lost = lost
-        self.waiting: dict[int, asyncio.Future[tuple[int, float]]] = {}
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        for line in _lines(self.buffer, data):
-            ident, kind, retry = orjson.loads(line)
-            waiter = self.waiting.pop(ident, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result((kind, retry))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        for waiter in self.waiting.values():
-            if not waiter.done():
-                waiter.set_exception(ConnectionResetError("the limits service closed the connection"))
-        self.waiting.clear()
+        super().connection_lost(exc)
         self.lost()
-
-    def send(self, msg: list[object]) -> None:
-        assert self.transport is not None
-        self.transport.write(orjson.dumps(msg) + b"\n")
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
 
 
 class MachineCounters:
@@ -248,14 +174,14 @@ class MachineCounters:
 
     async def _connection(self) -> _Connection:
         conn = self._conn
-        if conn is not None and not conn.closed:
+        if conn is not None and conn.alive:
             return conn
         async with self._lock:
-            if self._conn is None or self._conn.closed:
+            if self._conn is None or not self._conn.alive:
                 _, fresh = await asyncio.get_running_loop().create_unix_connection(
                     lambda: _Connection(self._lost), self.path)
                 for lease, who in self._held.items():  # the service may have restarted
-                    fresh.send(["h", who, lease])
+                    fresh.send_message(["h", who, lease])
                 self._conn = fresh
             return self._conn
 
@@ -291,18 +217,17 @@ class MachineCounters:
         try:
             async with asyncio.timeout(self.timeout):
                 conn = await self._connection()
-                waiter: asyncio.Future[tuple[int, float]] = asyncio.get_running_loop().create_future()
-                conn.waiting[ident] = waiter
-                conn.send(["a", ident, who, budget.rpm or 0, budget.tpm or 0, budget.concurrent or 0,
-                           1 if generation else 0, lease])
-                kind, retry = await waiter
+                waiter = conn.expect(ident)
+                conn.send_message(["a", ident, who, budget.rpm or 0, budget.tpm or 0,
+                                   budget.concurrent or 0, 1 if generation else 0, lease])
+                _, kind, retry = await waiter
         except asyncio.CancelledError:
             if conn is not None:  # a slot the admission may have taken is given back (after it:
                 conn.waiting.pop(ident, None)  # one connection keeps the order; a no-op if none)
-                if generation and not conn.closed:
-                    conn.send(["r", who, lease, 0])
+                if generation and conn.alive:
+                    conn.send_message(["r", who, lease, 0])
             raise
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:  # ValueError: an answer not [id, kind, retry]
             self._drop()
             log.warning("limits: the machine's counter service is unavailable (%s); refusing with 503",
                         type(exc).__name__)
@@ -321,8 +246,8 @@ class MachineCounters:
         if self._held.pop(lease, None) is None:  # never counted (no limit applied)
             return
         conn = self._conn
-        if conn is not None and not conn.closed:
-            conn.send(["r", who, lease, tokens])
+        if conn is not None and conn.alive:
+            conn.send_message(["r", who, lease, tokens])
         # else: the service freed the slot when the connection closed; these tokens go uncharged
 
     async def open_socket(self, who: str, cap: int) -> str | None:
@@ -350,9 +275,9 @@ class MachineCounters:
             while self._sockets:
                 await asyncio.sleep(self.refresh)
                 conn = self._conn
-                if conn is not None and not conn.closed:
+                if conn is not None and conn.alive:
                     for lease, name in self._sockets.items():
-                        conn.send(["h", name, lease])
+                        conn.send_message(["h", name, lease])
         finally:
             self._refresher = None
 
@@ -375,7 +300,7 @@ def main(argv: list[str]) -> int:
     path, lease_seconds, parent = argv[0], float(argv[1]), int(argv[2])
     grace = float(argv[3]) if len(argv) > 3 else 0.0
     signals = argv[4] if len(argv) > 4 and argv[4] else None
-    metrics = argv[5] if len(argv) > 5 and argv[5] else None  # the workers' /metrics relay (machine_metrics)
+    metrics = argv[5] if len(argv) > 5 and argv[5] else None  # the workers' /metrics relay (metrics_relay)
     gates = argv[6] if len(argv) > 6 and argv[6] else None  # the replica gates (gate_hub)
     logging.basicConfig(level=logging.WARNING, format="ocm-gateway limits service: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,10 +1,10 @@
 """``/metrics`` for the whole machine with ``serve --workers N``: a scrape answered by any worker
 shows every worker's counts (issue 40).
 
-Mechanism: a per-scrape fan-out through a *relay* in the machine service's process (the one
-``serve`` starts for per-key limits and the signal hub, :mod:`app.http.machine_counters`), on a
-socket of its own (``metrics.sock`` in the same 0700 directory, path in
-``OCMGW_METRICS_SOCKET``).  Every worker keeps one connection to it
+Mechanism: a per-scrape fan-out through a *relay* (:mod:`app.http.metrics_relay`) in the
+machine service's process (the one ``serve`` starts for per-key limits and the signal hub,
+:mod:`app.http.machine_counters`), on a socket of its own (``metrics.sock`` in the same 0700
+directory, path in ``OCMGW_METRICS_SOCKET``).  Every worker keeps one connection to it
 (:meth:`MachineMetrics.run`).  The worker that is scraped sends its own snapshot
 (:func:`app.metrics.snapshot`) with the request; the relay asks every other worker for theirs
 and answers when all have, or after :data:`DEADLINE` seconds with what it has; the scraped
@@ -28,8 +28,9 @@ Contract:
   monotonic across a worker's restart (Prometheus would read a drop as a reset and a spike).
   The relay restarted (killed), the retired totals start again from zero: one reset.
 * Bounded memory: the relay keeps one snapshot per connected worker (each at most
-  :data:`MAX_LINE`; a worker whose snapshot is bigger sends none and is not reporting) and
-  retired totals of at most :data:`RETIRED_SAMPLES` samples (beyond that a dead worker's counts
+  :data:`~app.http.metrics_relay.MAX_LINE`; a worker whose snapshot is bigger sends none and
+  is not reporting) and retired totals of at most
+  :data:`~app.http.metrics_relay.RETIRED_SAMPLES` samples (beyond that a dead worker's counts
   are dropped, with a warning).
 * With one worker there is no relay and ``/metrics`` is exactly the registry, as before.  With
   Redis between replicas each replica is its own scrape target; its workers still merge
@@ -39,17 +40,13 @@ Contract:
   named view (``views["runs"]``: the runs in flight, :func:`run_rows`, for the console's live
   runs), with the same deadline; nothing is cached for them.
 
-The wire, one JSON array a line: worker → relay ``["g", id, deadline_ms, snapshot]`` (a scrape),
-answered ``[id, workers, [fresh snapshot, ...], [stale snapshot, ...]]``; relay → worker
-``["q", tag]``, answered ``["s", tag, snapshot]`` (``tag`` 0: a final snapshot at shutdown);
-a view: ``["v", id, deadline_ms, name]``, fanned out as ``["v", tag, name]``, answered
-``["w", tag, rows]``, and answered to the asker ``[id, workers, [rows, ...], []]``.
+The wire (one JSON array a line, :mod:`app.core.json_lines`) is described with the relay,
+:mod:`app.http.metrics_relay`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -59,9 +56,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily
 
-from app.engine.signal_hub import split_lines
+from app.core.json_lines import Dial, LineClient
+from app.http.metrics_relay import MAX_LINE, Snapshot
+from app.http.metrics_relay import listen as listen  # the relay's side, where it used to be
 from app.metrics import Fixed, merge, snapshot
 
 if TYPE_CHECKING:
@@ -71,215 +70,26 @@ log = logging.getLogger("ocm_gateway")
 METRICS_ENV = "OCMGW_METRICS_SOCKET"
 DEADLINE = 0.5  # the relay waits this long for the other workers' snapshots
 TIMEOUT = 1.0  # a worker waits this long for the relay's answer
-MAX_LINE = 8 * 1024 * 1024
-RETIRED_SAMPLES = 200_000
-Snapshot = list[Any]
 
 
-# --- the relay (in the machine service's process) -------------------------------------------
+class _Link(LineClient):
+    """A worker's connection to the relay: answers to its scrapes and views matched by id; the
+    relay's asks for this worker's snapshot or rows answered (a malformed line: reconnect)."""
 
-class _Scrape:
-    __slots__ = ("fresh", "handle", "ident", "requester", "view", "waiting")
+    max_line = MAX_LINE * 64  # an answer carries every worker's snapshot
+    name = "metrics (the machine's metrics relay)"
 
-    def __init__(self, requester: _Worker, ident: int, waiting: set[_Worker], view: bool) -> None:
-        self.requester, self.ident, self.waiting, self.view = requester, ident, waiting, view
-        self.fresh: list[Snapshot] = []
-        self.handle: asyncio.TimerHandle | None = None
-
-
-class Relay:
-    """The relay's state, shared by every worker's connection."""
-
-    def __init__(self) -> None:
-        self.workers: dict[_Worker, Snapshot | None] = {}  # connected: the last snapshot heard
-        self.retired: Snapshot = []  # counters and histograms of workers gone
-        self.scrapes: dict[int, _Scrape] = {}
-        self.tags = itertools.count(1)
-
-    def protocol(self) -> _Worker:
-        return _Worker(self)
-
-    def scrape(self, requester: _Worker, ident: int, deadline_ms: int, own: Snapshot | None,
-               view: str | None = None) -> None:
-        """Ask every other worker for its snapshot (``view`` None) or its rows of ``view``."""
-        if view is None:
-            self.workers[requester] = own
-        others = {w for w in self.workers if w is not requester}
-        tag = next(self.tags)
-        job = self.scrapes[tag] = _Scrape(requester, ident, others, view is not None)
-        if not others:
-            self._answer(tag)
-            return
-        line = orjson.dumps(["q", tag] if view is None else ["v", tag, view]) + b"\n"
-        for worker in others:
-            worker.send(line)
-        job.handle = asyncio.get_running_loop().call_later(
-            max(0.0, min(deadline_ms, 10_000) / 1000), self._answer, tag)
-
-    def heard(self, worker: _Worker, tag: int, snap: Snapshot, view: bool = False) -> None:
-        if worker in self.workers and not view:
-            self.workers[worker] = snap
-        job = self.scrapes.get(tag)
-        if job is not None and worker in job.waiting:
-            job.waiting.discard(worker)
-            job.fresh.append(snap)
-            if not job.waiting:
-                self._answer(tag)
-
-    def _answer(self, tag: int) -> None:
-        job = self.scrapes.pop(tag, None)
-        if job is None:
-            return
-        if job.handle is not None:
-            job.handle.cancel()
-        stale = [s for w, s in self.workers.items() if w in job.waiting and s is not None and not job.view]
-        if self.retired and not job.view:
-            stale.append(self.retired)
-        job.requester.send(orjson.dumps([job.ident, len(self.workers), job.fresh, stale]) + b"\n")
-
-    def lost(self, worker: _Worker) -> None:
-        """A worker's connection closed: its gauges go, its counters join the retired totals."""
-        last = self.workers.pop(worker, None)
-        if last:  # first: a scrape waiting for this worker is answered with its counts
-            retired = _families(merge([], [self.retired, last]))
-            if sum(len(f[3]) for f in retired) > RETIRED_SAMPLES:
-                log.warning("metrics relay: too many retired samples; a dead worker's counts are dropped")
-            else:
-                self.retired = retired
-        for tag, job in list(self.scrapes.items()):
-            if job.requester is worker:
-                self.scrapes.pop(tag)
-                if job.handle is not None:
-                    job.handle.cancel()
-            elif worker in job.waiting:
-                job.waiting.discard(worker)
-                if not job.waiting:
-                    self._answer(tag)
-
-
-def _families(metrics: list[Metric]) -> Snapshot:
-    return [[m.name, m.type, m.documentation, [[s.name, s.labels, s.value] for s in m.samples]]
-            for m in metrics]
-
-
-class _Worker(asyncio.Protocol):
-    """One worker's connection to the relay."""
-
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.relay.workers[self] = None
-
-    def send(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        lines = split_lines(self.buffer, data, MAX_LINE)
-        try:
-            if lines is None:
-                raise ValueError("line too long")
-            for line in lines:
-                if line:
-                    self._handle(orjson.loads(line))
-        except (ValueError, TypeError, IndexError):
-            log.warning("metrics relay: a malformed line; closing that connection")
-            self.transport.abort()
-
-    def _handle(self, msg: list[Any]) -> None:
-        if msg[0] == "g" and isinstance(msg[1], int) and isinstance(msg[2], int) and isinstance(msg[3], list):
-            self.relay.scrape(self, msg[1], msg[2], msg[3])
-        elif msg[0] in ("s", "w") and isinstance(msg[1], int) and isinstance(msg[2], list):
-            self.relay.heard(self, msg[1], msg[2], view=msg[0] == "w")
-        elif msg[0] == "v" and isinstance(msg[1], int) and isinstance(msg[2], int):
-            self.relay.scrape(self, msg[1], msg[2], None, str(msg[3]))
-        else:
-            raise ValueError(msg[0])
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.relay.lost(self)
-        self.transport = None
-
-
-async def listen(path: str) -> tuple[asyncio.Server, Relay]:
-    """A relay listening on ``path`` (mode 0600)."""
-    relay = Relay()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a socket left by a service that was killed
-    server = await asyncio.get_running_loop().create_unix_server(relay.protocol, path)
-    os.chmod(path, 0o600)
-    return server, relay
-
-
-# --- the workers' side ----------------------------------------------------------------------
-
-class _Link(asyncio.Protocol):
     def __init__(self, owner: MachineMetrics) -> None:
+        super().__init__()
         self.owner = owner
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.waiting: dict[int, asyncio.Future[list[Any]]] = {}
-        self.closed = asyncio.Event()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def send(self, line: bytes) -> None:
-        if self.transport is not None and not self.closed.is_set():
-            self.transport.write(line)
-
-    async def request(self, line: bytes, ident: int, within: float) -> list[Any]:
-        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[ident] = waiter
-        self.send(line + b"\n")
-        try:
-            async with asyncio.timeout(within):
-                return await waiter
-        finally:
-            self.waiting.pop(ident, None)
-
-    def data_received(self, data: bytes) -> None:
-        lines = split_lines(self.buffer, data, MAX_LINE * 64)
-        if lines is None:
-            self.close()
-            return
-        try:
-            for line in lines:
-                if line:
-                    self._handle(orjson.loads(line))
-        except (ValueError, TypeError, IndexError):
-            log.warning("metrics: a malformed line from the machine's metrics relay; reconnecting")
-            self.close()
-
-    def _handle(self, msg: list[Any]) -> None:
+    def heard(self, msg: list[Any]) -> None:
         if msg[0] == "q":  # the relay wants this worker's snapshot for another's scrape
             own = self.owner.own_line()
             if own is not None:
                 self.send(b'["s",' + orjson.dumps(int(msg[1])) + b"," + own + b"]\n")
         elif msg[0] == "v":  # ... or its rows of a view (the console's runs)
             self.send(orjson.dumps(["w", int(msg[1]), self.owner.rows(str(msg[2]))]) + b"\n")
-        else:
-            waiter = self.waiting.pop(msg[0], None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(msg)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed.set()
-        for waiter in self.waiting.values():
-            if not waiter.done():
-                waiter.set_exception(ConnectionResetError("the metrics relay closed the connection"))
-        self.waiting.clear()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
 
 
 class MachineMetrics:
@@ -290,8 +100,7 @@ class MachineMetrics:
                  timeout: float = TIMEOUT) -> None:
         self.path, self.registry = path, registry
         self.deadline, self.timeout = deadline, timeout
-        self._link: _Link | None = None
-        self._lock = asyncio.Lock()
+        self._dial = Dial(path, lambda: _Link(self), timeout)
         self._ids = itertools.count(1)
         self.views: dict[str, Callable[[], list[Any]]] = {}  # name -> this worker's rows
 
@@ -320,28 +129,12 @@ class MachineMetrics:
         return line
 
     async def link(self) -> _Link:
-        link = self._link
-        if link is not None and not link.closed.is_set():
-            return link
-        async with self._lock, asyncio.timeout(self.timeout):
-            if self._link is None or self._link.closed.is_set():
-                _, self._link = await asyncio.get_running_loop().create_unix_connection(
-                    lambda: _Link(self), self.path)
-            return self._link
+        return await self._dial()
 
     async def run(self) -> None:
         """Keep the connection open (reconnecting every 50 ms, then up to every second) until
         cancelled, so the other workers' scrapes reach this one."""
-        delay = 0.05
-        while True:
-            try:
-                link = await self.link()
-            except (OSError, TimeoutError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            delay = 0.05
-            await link.closed.wait()
+        await self._dial.keep()
 
     async def gather(self) -> tuple[Snapshot, list[Snapshot], list[Snapshot], int]:
         """(this worker's snapshot, the others' fresh ones, stale ones, workers connected); the
@@ -367,8 +160,8 @@ class MachineMetrics:
 
     def close(self) -> None:
         """Send a final snapshot and close (shutdown: the relay keeps this worker's counts)."""
-        link = self._link
-        if link is not None and link.transport is not None and not link.closed.is_set():
+        link = self._dial.current
+        if link is not None and link.transport is not None and link.alive:
             own = self.own_line()
             if own is not None:
                 link.send(b'["s",0,' + own + b"]\n")

@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.conftest import serve_workers
 from tests.support.loopback_upstream import LoopbackUpstream
-from tests.support.process import Running
+from tests.support.process import Running, children, serve_workers_of
 from tests.support.wire import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -55,21 +55,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             yield running
 
 
-def _children(pid: int) -> dict[int, bytes]:
-    found = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
-            with contextlib.suppress(OSError):  # gone since
-                found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes()
-    return found
-
-
 def workers(gw: Running) -> list[int]:
-    return [pid for pid, cmd in _children(gw.process.pid).items() if b"spawn_main" in cmd]
+    return serve_workers_of(gw.process.pid)
 
 
 def service(gw: Running) -> int | None:
-    return next((pid for pid, cmd in _children(gw.process.pid).items()
+    return next((pid for pid, cmd in children(gw.process.pid).items()
                  if b"app.http.machine_counters" in cmd), None)
 
 

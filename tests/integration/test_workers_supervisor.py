@@ -28,24 +28,12 @@ import pytest
 
 from app.cli.supervisor import EXIT_MARGIN_SECONDS, HEALTHCHECK_SECONDS
 from tests.support.process import free_port, stop
+from tests.support.process import serve_workers_of as workers
 
 pytestmark = pytest.mark.integration
 
 STOPPED_SECONDS = 8.0  # uvicorn's default timeout is 5 s
 GRACE = 0  # shutdown_grace_seconds: serve passes timeout_graceful_shutdown = grace + 10
-
-
-def _children(pid: int) -> dict[int, bytes]:
-    found = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
-            with contextlib.suppress(OSError):  # gone since
-                found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes()
-    return found
-
-
-def workers(pid: int) -> list[int]:
-    return sorted(p for p, cmd in _children(pid).items() if b"spawn_main" in cmd)
 
 
 def alive(pid: int) -> bool:

@@ -16,6 +16,22 @@ from contextlib import contextmanager
 HEADER = [200005, 17196, 200008]  # <|channel|>final<|message|>
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP/1.1 request's head (its body, by ``content-length``, read and dropped)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return head
+
+
+def chunk(data: bytes) -> bytes:
+    """``data`` as one chunk of a ``transfer-encoding: chunked`` body."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
 class LoopbackUpstream:
     """``dialect``: ``llamacpp``, ``vllm``, ``openai`` (Chat Completions SSE) or ``ollama``
     (NDJSON).  ``mode``: ``endless`` (a token every ``interval`` forever), ``final`` (the recorded
@@ -51,12 +67,7 @@ class LoopbackUpstream:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        await reader.readexactly(length)
+        head = await read_request(reader)
         if head.startswith(b"GET /health"):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
                          b'content-length: 15\r\n\r\n{"status":"ok"}')
@@ -89,7 +100,7 @@ class LoopbackUpstream:
         if self.mode in ("final", "truncate"):
             events = self.events if self.mode == "final" else self.events[:self.truncate_after]
             for data in events:
-                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                writer.write(chunk(data))
                 await writer.drain()
                 if self.pace:
                     await asyncio.sleep(self.interval)
@@ -102,7 +113,7 @@ class LoopbackUpstream:
         n = 0
         while True:
             data = self._endless_event(n)
-            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            writer.write(chunk(data))
             await writer.drain()
             n += 1
             await asyncio.sleep(self.interval)

@@ -59,6 +59,21 @@ def descendants(pid: int) -> list[int]:
     return found + [grandchild for child in found for grandchild in descendants(child)]
 
 
+def children(pid: int) -> dict[int, bytes]:
+    """The processes ``pid`` started (from /proc), each with its command line."""
+    found = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
+            with contextlib.suppress(OSError):  # gone since
+                found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes()
+    return found
+
+
+def serve_workers_of(pid: int) -> list[int]:
+    """The worker processes of the ``ocm-gateway serve --workers N`` at ``pid``, in pid order."""
+    return sorted(child for child, cmd in children(pid).items() if b"spawn_main" in cmd)
+
+
 def crash(proc: subprocess.Popen[bytes]) -> None:
     """``kill -9`` of a whole ``ocm-gateway serve``, its workers included, as a crash of the
     machine's gateway.  With ``--workers N``, SIGKILL of ``serve`` alone is not a crash: its

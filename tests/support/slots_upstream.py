@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 
-from tests.support.loopback_upstream import LoopbackUpstream
+from tests.support.loopback_upstream import LoopbackUpstream, chunk, read_request
 
 
 class SlotsUpstream(LoopbackUpstream):
@@ -30,12 +30,7 @@ class SlotsUpstream(LoopbackUpstream):
             self.requests = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        await reader.readexactly(length)
+        head = await read_request(reader)
         if head.startswith(b"GET "):
             body = json.dumps({"total_slots": self.slots}).encode() if head.startswith(b"GET /props") else b""
             status = b"200 OK" if body else b"404 Not Found"
@@ -53,7 +48,7 @@ class SlotsUpstream(LoopbackUpstream):
             n = 0
             while self.mode == "endless" or n < len(self.events):
                 data = self.events[n] if self.mode == "final" else self._endless_event(n)
-                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                writer.write(chunk(data))
                 await writer.drain()
                 n += 1
                 await asyncio.sleep(self.interval)

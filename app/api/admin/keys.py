@@ -4,8 +4,10 @@ functions the CLI (``ocm-gateway keys ...``) shares with it.
 A secret (``ocm-`` and 40 random URL-safe characters) is returned once, when a key is made or
 rotated; the store keeps its SHA-256 digest and a display hint (its first 8 and last 4
 characters).  A key's id (``key_...``) is its tenant: what it stores belongs to it, through
-rotations.  Revoked keys are kept (their usage stays attributable) and refused; a change
-reaches every replica within ``[auth] key_cache_seconds``.
+rotations.  Revoked keys are kept (their usage stays attributable) and refused.  A change made
+here is in force on every worker of this ``serve`` (and, with ``[redis] url``, every replica)
+when the call returns (:meth:`app.http.keys.KeyResolver.changed`); one made by the CLI, or
+when that channel is down, within ``[auth] key_cache_seconds``.
 """
 
 from __future__ import annotations
@@ -138,11 +140,11 @@ def _store(request: Request) -> AccountStore:
     return store
 
 
-def _forget(request: Request, *digests: str) -> None:
+async def _changed(request: Request, *digests: str) -> None:
+    """Forgotten by every worker's (and replica's) key cache before the call returns."""
     resolver: KeyResolver | None = getattr(request.app.state, "key_resolver", None)
     if resolver is not None:
-        for digest in digests:
-            resolver.forget(digest)
+        await resolver.changed(list(digests))
 
 
 @router.post("", status_code=201)
@@ -164,14 +166,14 @@ async def show(request: Request, key_id: str) -> Json:
 @router.post("/{key_id}")
 async def update(request: Request, key_id: str, body: KeyFields) -> Json:
     shown = await update_key(_store(request), key_id, body)
-    _forget(request, (await _existing(_store(request), key_id))["sha256"])
+    await _changed(request, (await _existing(_store(request), key_id))["sha256"])
     return shown
 
 
 @router.post("/{key_id}/revoke")
 async def revoke(request: Request, key_id: str) -> Json:
     shown = await revoke_key(_store(request), key_id)
-    _forget(request, (await _existing(_store(request), key_id))["sha256"])
+    await _changed(request, (await _existing(_store(request), key_id))["sha256"])
     return shown
 
 
@@ -184,5 +186,5 @@ async def delete(request: Request, key_id: str) -> Json:
 @router.post("/{key_id}/rotate")
 async def rotate(request: Request, key_id: str) -> Json:
     shown, secret, old = await rotate_key(_store(request), key_id)
-    _forget(request, old)
+    await _changed(request, old)
     return {**shown, "secret": secret}

@@ -6,8 +6,11 @@ shared), ``/admin/errors`` (this replica's recent errors with their request ids)
 With ``serve --workers N`` runs, errors and models (replicas' in flight and cooldown, admission)
 are every worker's, gathered through the metrics relay's views and merged
 (:mod:`app.api.admin.live`); each answer then says ``workers``: how many answered within the
-relay's deadline, how many are connected.  Usage reads the store: another worker's counts show
-after its next flush (``[usage] flush_seconds``), as another replica's do.
+relay's deadline, how many are connected.  Usage reads the store once every worker of this
+``serve`` has flushed its counts (asked through the machine's signal hub,
+:mod:`app.engine.machine_asks`, for at most :data:`FLUSH_SECONDS`; ``workers`` says how many
+did), so it is exact for the machine; another replica's counts (Redis, PostgreSQL) show after
+that replica's next flush (``[usage] flush_seconds``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from app.api.admin.auth import require_admin
 from app.api.admin.live import merge_errors, merge_models, model_rows
 from app.core.errors import InvalidRequest, NotFound
 from app.engine.engine import Engine
+from app.engine.machine_signals import MachineSignals
 from app.engine.registry import Registry
 from app.http.machine_metrics import MachineMetrics, run_rows
 from app.http.usage import UsageRecorder
@@ -33,6 +37,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(requir
 GROUPS = ("key", "model", "hour", "day")
 MAX_RANGE = 400 * 86400
 LATEST = 253_402_300_799  # 9999-12-31T23:59:59Z
+FLUSH_SECONDS = 2.0  # /admin/usage waits this long at most for the other workers' flushes
 
 
 def _time(value: str | None, default: float, param: str) -> int:
@@ -60,7 +65,8 @@ async def usage(request: Request, key: str | None = None, model: str | None = No
                 to: Annotated[str | None, Query(max_length=40)] = None,
                 group_by: Annotated[str, Query(max_length=40)] = "key,model,day") -> Json:
     """Rows summed by ``group_by`` (any of key, model, hour, day; ``hour`` reads the hourly
-    rows, kept ``[usage] hourly_days``).  Includes this replica's counts not flushed yet."""
+    rows, kept ``[usage] hourly_days``).  Includes the counts not flushed yet of this replica
+    (every worker of its ``serve``)."""
     groups = [g.strip() for g in group_by.split(",") if g.strip()]
     if not groups or any(g not in GROUPS for g in groups) or {"hour", "day"} <= set(groups):
         raise InvalidRequest("group_by takes key, model and one of hour / day, comma-separated.",
@@ -70,6 +76,7 @@ async def usage(request: Request, key: str | None = None, model: str | None = No
     if end <= start or end - start > MAX_RANGE:
         raise InvalidRequest("from must be before to, at most 400 days apart.", param="from")
     grain: Literal["hour", "day"] = "hour" if "hour" in groups else "day"
+    workers = await _flush_workers(request)
     recorder: UsageRecorder | None = getattr(request.app.state, "usage", None)
     if recorder is not None:
         await recorder.flush()
@@ -93,7 +100,21 @@ async def usage(request: Request, key: str | None = None, model: str | None = No
         if grain not in groups:
             out.pop("start")
         data.append(out)
-    return {"object": "list", "grain": grain, "from": start, "to": end, "group_by": groups, "data": data}
+    return {"object": "list", "grain": grain, "from": start, "to": end, "group_by": groups, "data": data,
+            **workers}
+
+
+async def _flush_workers(request: Request) -> Json:
+    """With ``serve --workers N`` (no Redis): every other worker flushes its usage counts now;
+    ``{"workers": {answered, connected}}`` (the hub away: this worker's alone, 1 and 0)."""
+    signals = getattr(getattr(request.app.state, "responses", None), "signals", None)
+    if not isinstance(signals, MachineSignals):
+        return {}
+    try:
+        answered, asked = await signals.everywhere(["usage"], within=FLUSH_SECONDS)
+    except (OSError, TimeoutError):
+        return {"workers": {"answered": 1, "connected": 0}}
+    return {"workers": {"answered": 1 + answered, "connected": 1 + asked}}
 
 
 def _safe_url(url: str) -> str:

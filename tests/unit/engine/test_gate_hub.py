@@ -32,6 +32,9 @@ class Wire(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def abort(self) -> None:
+        self.closed = True
+
 
 class Worker:
     """One worker's connection to the hub, its answers read back as (id, kind, busy)."""

@@ -16,7 +16,7 @@ import pytest
 from app.core.errors import GatewayError
 from app.engine import signal_hub
 from app.engine.machine_signals import MachineSignals
-from app.engine.signal_hub import SignalHub, split_lines
+from app.engine.signal_hub import SignalHub
 from app.engine.signals import SignalsUnavailable
 
 pytestmark = pytest.mark.timeout(30)
@@ -296,12 +296,3 @@ async def test_a_malformed_line_closes_only_that_connection(tmp_path: Path) -> N
         writer.close()
         a.signals.cooldown("http://y", 2.0)
         await until(lambda: b.cooldowns == [("http://y", 2.0)])
-
-
-def test_lines_are_split_without_rescanning_and_capped() -> None:
-    buffer = bytearray()
-    assert split_lines(buffer, b'["a"', 100) == []
-    assert split_lines(buffer, b',1]\n["b"]\n["c', 100) == [b'["a",1]', b'["b"]']
-    assert bytes(buffer) == b'["c'
-    assert split_lines(buffer, b"x" * 200, 100) is None
-    assert orjson.loads(split_lines(bytearray(), b"[1]\n", 10)[0]) == [1]  # type: ignore[index]

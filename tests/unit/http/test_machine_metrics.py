@@ -1,13 +1,15 @@
-"""The machine's /metrics relay (app/http/machine_metrics.py): a relay on a Unix socket and, in
+"""The machine's /metrics relay (app/http/machine_metrics.py, its service side
+app/http/metrics_relay.py): a relay on a Unix socket and, in
 this process, workers standing for ``serve --workers N``'s (each its own registry and its own
 connection): a scrape of any one shows every worker's counts; a worker that does not answer is
 left out of ``ocm_workers_reporting`` within the deadline, its counters kept and its gauges not;
 a worker gone leaves its counters (never backwards) and no gauge; the relay away, a scrape shows
-the worker alone, at once."""
+the worker alone, at once; a malformed line closes only its own connection."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.http.machine_metrics import MachineMetrics, listen
+from app.http.machine_metrics import MachineMetrics
+from app.http.metrics_relay import listen
 from app.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(60)
@@ -66,6 +69,19 @@ async def relay(tmp_path: Path) -> AsyncIterator[Path]:
     server.close()
 
 
+@contextlib.asynccontextmanager
+async def two_workers(relay: Path, deadline: float = 0.5) -> AsyncIterator[tuple[Worker, Worker]]:
+    """Two workers connected to the relay (the first's scrapes waiting ``deadline``), stopped
+    afterwards."""
+    a, b = await Worker(relay, deadline=deadline).start(), await Worker(relay).start()
+    try:
+        await connected(a, 2)
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
 async def connected(worker: Worker, count: int) -> None:
     for _ in range(200):
         if gauge(await worker.machine.render(), "ocm_workers") == count:
@@ -75,9 +91,7 @@ async def connected(worker: Worker, count: int) -> None:
 
 
 async def test_a_scrape_of_either_worker_shows_both(relay: Path) -> None:
-    a, b = await Worker(relay).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay) as (a, b):
         a.serve(3)
         b.serve(4)
         b.serve(2, "429")
@@ -92,15 +106,10 @@ async def test_a_scrape_of_either_worker_shows_both(relay: Path) -> None:
             assert got[("ocm_time_to_first_token_seconds_bucket", (("le", "0.01"), ("model", "m")))] == 0
             assert gauge(text, "ocm_open_streams") == 3  # gauges: the machine's total
             assert gauge(text, "ocm_workers") == 2 and gauge(text, "ocm_workers_reporting") == 2
-    finally:
-        a.stop()
-        b.stop()
 
 
 async def test_a_silent_worker_is_left_out_within_the_deadline(relay: Path) -> None:
-    a, b = await Worker(relay, deadline=0.3).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay, deadline=0.3) as (a, b):
         b.serve(5)
         b.metrics.open_streams.inc(4)
         assert requests(await a.machine.render()) == 5  # the relay now has b's snapshot
@@ -118,15 +127,10 @@ async def test_a_silent_worker_is_left_out_within_the_deadline(relay: Path) -> N
         await asyncio.sleep(0.05)
         text = await a.machine.render()
         assert requests(text) == 6 and gauge(text, "ocm_workers_reporting") == 2
-    finally:
-        a.stop()
-        b.stop()
 
 
 async def test_a_worker_gone_keeps_its_counters_and_no_gauge(relay: Path) -> None:
-    a, b = await Worker(relay).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay) as (a, b):
         a.serve(1)
         b.serve(3)
         b.metrics.open_streams.inc(2)
@@ -144,14 +148,10 @@ async def test_a_worker_gone_keeps_its_counters_and_no_gauge(relay: Path) -> Non
             assert requests(await c.machine.render()) == 7
         finally:
             c.stop()
-    finally:
-        a.stop()
 
 
 async def test_a_worker_killed_without_a_final_snapshot_keeps_what_was_scraped(relay: Path) -> None:
-    a, b = await Worker(relay).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay) as (a, b):
         b.serve(3)
         assert requests(await a.machine.render()) == 3
         b.serve(1)  # never scraped: lost with b
@@ -161,14 +161,10 @@ async def test_a_worker_killed_without_a_final_snapshot_keeps_what_was_scraped(r
         link.close()  # the connection closes as a killed process's would, no final snapshot
         await connected(a, 1)
         assert requests(await a.machine.render()) == 3
-    finally:
-        a.stop()
 
 
 async def test_a_worker_lost_during_a_scrape_is_counted_in_it(relay: Path) -> None:
-    a, b = await Worker(relay, deadline=2.0).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay, deadline=2.0) as (a, b):
         a.serve(1)
         b.serve(3)
         assert requests(await a.machine.render()) == 4
@@ -183,8 +179,6 @@ async def test_a_worker_lost_during_a_scrape_is_counted_in_it(relay: Path) -> No
         text = await scrape
         assert time.monotonic() - t0 < 1.0  # answered when b went, not at the deadline
         assert requests(text) == 4
-    finally:
-        a.stop()
 
 
 async def test_without_the_relay_a_scrape_is_this_worker_alone_at_once(tmp_path: Path) -> None:
@@ -199,9 +193,7 @@ async def test_without_the_relay_a_scrape_is_this_worker_alone_at_once(tmp_path:
 
 async def test_a_view_lists_every_workers_rows(relay: Path) -> None:
     """The console's runs in flight: each worker's rows, gathered by whichever is asked."""
-    a, b = await Worker(relay, deadline=0.3).start(), await Worker(relay).start()
-    try:
-        await connected(a, 2)
+    async with two_workers(relay, deadline=0.3) as (a, b):
         a.machine.views["runs"] = lambda: [{"id": "resp_a"}]
         b.machine.views["runs"] = lambda: [{"id": "resp_b1"}, {"id": "resp_b2"}]
         for asker in (a, b):
@@ -216,6 +208,15 @@ async def test_a_view_lists_every_workers_rows(relay: Path) -> None:
         assert await a.machine.view("runs") == ([{"id": "resp_a"}], 1, 2)
         assert time.monotonic() - t0 < 1.0
         link.transport.resume_reading()
-    finally:
-        a.stop()
-        b.stop()
+
+
+async def test_a_malformed_line_closes_only_that_connection(relay: Path) -> None:
+    async with two_workers(relay) as (a, b):
+        for bad in (b"not json\n", b'["g", "x", 1, []]\n', b'["nope"]\n', b"[]\n"):
+            reader, writer = await asyncio.open_unix_connection(str(relay))
+            writer.write(bad)
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the relay
+            writer.close()
+        b.serve(2)
+        await connected(a, 2)
+        assert requests(await a.machine.render()) == 2
