@@ -6,9 +6,11 @@ text → ``content`` (both are user-visible by design); tool calls → ``tool_ca
 
 ``wire=True`` (the streamed SSE route): the common deltas (``content`` of answer and preamble
 text without logprobs, ``reasoning_content``, a tool call's ``function.arguments`` fragment)
-leave as :class:`~app.api.chat.wire.Wire` frames, made from a per-stream prefix and suffix and
-the piece's JSON string (:mod:`app.api.chat.wire`), byte for byte what their chunk dicts encode
-to with :func:`~app.http.sse.data_event`; every other chunk (the role chunk, a tool call's
+leave as pre-encoded frames, made from a per-stream prefix and suffix and the piece's JSON
+string (:mod:`app.api.chat.wire`), byte for byte what their chunk dicts encode to with
+:func:`~app.http.sse.data_event`; consecutive ones of one field join one
+:class:`~app.api.chat.wire.Deltas` payload while it waits for the SSE sender (``join``; not
+for ``n > 1``, whose choices share one queue).  Every other chunk (the role chunk, a tool call's
 start, the finish and usage chunks, logprobs, errors) stays a dict.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 import orjson
 
 from app.api.chat.fold import Folded
-from app.api.chat.wire import Wire, delta_frame
+from app.api.chat.wire import Cut, Deltas, delta_frame
 from app.api.logprobs import logprobs_content
 from app.core import events as ev
 from app.core.errors import error_body
@@ -43,7 +45,7 @@ class ChatEncoder:
 
     def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool,
                  logprobs: bool, top_logprobs: int = 0, stream: bool = True,
-                 index: int = 0, wire: bool = False) -> None:
+                 index: int = 0, wire: bool = False, join: bool = True) -> None:
         self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
                       "model": model}
         self._ids = (response_id, model, created)
@@ -54,9 +56,11 @@ class ChatEncoder:
         self._index = index  # the choice this encoder writes (n > 1: one encoder per choice)
         self.folded = Folded()
         self.terminal = False
-        # wire: the frames of this stream's deltas around the piece's JSON string, by field
+        # wire: the frames of this stream's deltas cut around the piece's JSON string, by field
         # ("content", "reasoning_content") or tool call index
-        self._frames: dict[str | int, tuple[bytes, bytes]] | None = {} if wire and stream else None
+        self._frames: dict[str | int, Cut] | None = {} if wire and stream else None
+        self._join = join  # consecutive deltas not yet taken as one payload (not for n > 1 choices)
+        self._pending: Deltas | None = None  # wire: the last deltas returned, while not yet taken
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None,
                logprobs: Any = None) -> dict[str, Any]:
@@ -81,8 +85,15 @@ class ChatEncoder:
             else:
                 key = ""
             if key != "":
-                before, after = self._frames.get(key) or self._frame(key)
-                return [Wire(before + orjson.dumps(text) + after)]
+                cut = self._frames.get(key) or self._frame(key)
+                pending = self._pending
+                if pending is not None and pending.cut is cut and not pending.taken:
+                    pending.pieces.append(orjson.dumps(text))
+                    return []
+                deltas = Deltas(cut, orjson.dumps(text))
+                self._pending = deltas if self._join else None
+                return [deltas]
+            self._pending = None
         if isinstance(event, ev.TERMINAL):
             self.terminal = True
         return self._chunks(event) if self._stream else []
@@ -92,12 +103,12 @@ class ChatEncoder:
         self.terminal = True
         return []
 
-    def _frame(self, key: str | int) -> tuple[bytes, bytes]:
+    def _frame(self, key: str | int) -> Cut:
         delta: dict[str, Any] = ({key: ""} if isinstance(key, str) else
                                  {"tool_calls": [{"index": key, "function": {"arguments": ""}}]})
         assert self._frames is not None
-        pair = self._frames[key] = delta_frame(self._chunk(delta))
-        return pair
+        cut = self._frames[key] = delta_frame(self._chunk(delta))
+        return cut
 
     def unstored(self, error: ev.Error, held: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A stored completion's end could not be stored: its error chunk instead of the held

@@ -120,7 +120,8 @@ async def _run_choices(engine: Engine, ingest: ChatIngest, request: Request, *,
     def encoder(plan: Plan, index: int) -> ChatEncoder:
         enc = ChatEncoder(response_id, ingest.model, created, include_usage=False,
                           logprobs=plan.params.logprobs, top_logprobs=plan.params.top_logprobs,
-                          stream=ingest.stream, index=index, wire=ingest.stream and not jsonlines)
+                          stream=ingest.stream, index=index, wire=ingest.stream and not jsonlines,
+                          join=False)  # the choices share one queue: one payload per delta
         encoders.append(enc)
         return enc
 

@@ -26,7 +26,9 @@ stops with ``pause_turn``.
 ``wire=True`` (the streamed route): the deltas (``text_delta``, ``thinking_delta``,
 ``input_json_delta``) and the ``ping`` leave as :class:`~app.api.messages.wire.Wire` frames, made
 from a per-block prefix and suffix and the piece's JSON string (:mod:`app.api.messages.wire`),
-byte for byte what the dicts encode to; every other event stays a dict.
+byte for byte what the dicts encode to; a block's deltas after its first join one
+:class:`~app.api.messages.wire.Deltas` payload while it waits for the SSE sender.  Every other
+event stays a dict.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 import orjson
 
 from app.api.messages.server_blocks import ServerBlocks
-from app.api.messages.wire import DELTA_FIELDS, Wire, delta_frame
+from app.api.messages.wire import DELTA_FIELDS, Cut, Deltas, Wire, delta_frame
 from app.api.messages.wire import PING as PING_FRAME
 from app.core import events as ev
 from app.core.errors import anthropic_event
@@ -73,7 +75,7 @@ class _Block:
     whole: Json | None = None  # a server tool's result block, as it is sent
     function: str = ""  # a server_tool_use's model-facing function (browser__search, python)
     server_name: str = ""  # an mcp_tool_use's server
-    frame: tuple[bytes, bytes] | None = None  # wire: its delta frame around the piece's JSON string
+    frame: Cut | None = None  # wire: its delta frame cut around the piece's JSON string
 
     def body(self, show_thinking: bool = True) -> Json:
         if self.kind == "thinking":
@@ -122,6 +124,7 @@ class MessagesEncoder:
         self._stop_sequence: str | None = None
         self._usage = Usage()
         self._wire = wire
+        self._pending: Deltas | None = None  # wire: the open block's deltas not yet taken (wire.py)
         self.terminal = False
 
     def _message(self, content: list[Json], stop_reason: str | None, usage: Usage) -> Json:
@@ -147,18 +150,32 @@ class MessagesEncoder:
         if not self._stream:
             self._fold(event)
             return []
-        if self._wire and isinstance(event, _PIECES):  # a token of the open block: its frame
-            text, block = event.text, self._open
-            if not text:
-                return []
-            kind = "thinking" if type(event) is ev.ReasoningDelta else "text"
-            if block is None or block.kind != kind:
-                return self._delta(kind, text)
+        if self._wire:  # a token of the open block: its frame, joined to the deltas not yet taken
+            block = self._open
+            if isinstance(event, _PIECES):
+                text = event.text
+                if not text:
+                    return []
+                kind = "thinking" if type(event) is ev.ReasoningDelta else "text"
+                if block is None or block.kind != kind:
+                    self._pending = None
+                    return self._delta(kind, text)
+            elif type(event) is ev.ToolCallArgumentsDelta and block is not None and block.kind == "tool_use":
+                text = event.delta
+                if not text:
+                    return []
+            else:
+                self._pending = None
+                return self._events(event)
             block.pieces.append(text)
             if block.frame is None:  # thinking kept for the signature, not shown
                 return []
-            before, after = block.frame
-            return [Wire(before + orjson.dumps(text) + after)]
+            pending = self._pending
+            if pending is not None and pending.cut is block.frame and not pending.taken:
+                pending.pieces.append(orjson.dumps(text))
+                return []
+            self._pending = Deltas(block.frame, orjson.dumps(text))
+            return [self._pending]
         return self._events(event)
 
     def cancel(self) -> list[Json]:
@@ -221,7 +238,7 @@ class MessagesEncoder:
     def _piece(self, block: _Block, text: str) -> Json:
         """The open ``block``'s delta carrying ``text`` (its frame, on the wire)."""
         if block.frame is not None:
-            before, after = block.frame
+            before, _, after = block.frame
             return Wire(before + orjson.dumps(text) + after)
         delta_type, name = DELTA_FIELDS[block.kind]
         return {"type": "content_block_delta", "index": len(self._blocks) - 1,

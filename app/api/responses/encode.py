@@ -10,9 +10,9 @@ construction the fold of the events.  Item mapping:
   see :mod:`app.api.responses.dialect`), and its sealed ``encrypted_content`` when the
   request includes ``reasoning.encrypted_content``; with ``reasoning.summary`` one
   ``summary_text`` part too (``response.reasoning_summary_part.*`` /
-  ``response.reasoning_summary_text.*``): ``auto`` and ``detailed`` stream the reasoning
-  itself as its summary, ``concise`` gives a bounded excerpt when the reasoning ends
-  (:func:`concise`); no second generation is made;
+  ``response.reasoning_summary_text.*``, :mod:`app.api.responses.summary`): ``auto`` and
+  ``detailed`` stream the reasoning itself as its summary, ``concise`` gives a bounded excerpt
+  when the reasoning ends; no second generation is made;
 * preamble → assistant ``message`` with ``phase: "commentary"``;
 * final text → assistant ``message`` with ``phase: "final_answer"``;
 * tool call → ``function_call`` item (``response.function_call_arguments.*``), with
@@ -39,7 +39,8 @@ construction the fold of the events.  Item mapping:
 
 Every item and content part reaches a terminal status; ``sequence_number`` counts
 from 0 without gaps.  ``wire=True``: the plain text, reasoning and function-argument deltas
-leave pre-encoded (:mod:`app.api.responses.wire`), byte for byte their events' frames.
+leave pre-encoded (:mod:`app.api.responses.wire`), byte for byte their events' frames, an
+item's consecutive ones joined in one payload while it waits for the SSE sender.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ from typing import Any
 from app.api.logprobs import logprobs_content
 from app.api.responses.dialect import OPEN_RESPONSES, EventDialect
 from app.api.responses.hosted_items import HostedItems
+from app.api.responses.summary import done as summary_done
+from app.api.responses.summary import part_added as summary_added
 from app.api.responses.tools import WireTool
-from app.api.responses.wire import delta_frames, framed
+from app.api.responses.wire import WIRE_EVENTS, Deltas, ItemFrame, delta_frames, piece
 from app.core import events as ev
 from app.core.errors import error_fields
 from app.core.ids import random_id
@@ -71,19 +74,6 @@ def usage_body(usage: Usage) -> Json:
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
 
 
-CONCISE_CHARS = 400
-
-
-def concise(text: str) -> str:
-    """A bounded excerpt of a reasoning: its opening sentences up to :data:`CONCISE_CHARS`."""
-    text = " ".join(text.split())
-    if len(text) <= CONCISE_CHARS:
-        return text
-    cut = text[:CONCISE_CHARS]
-    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
-    return (cut[:end + 1] if end >= CONCISE_CHARS // 4 else cut.rsplit(" ", 1)[0]) + " …"
-
-
 @dataclass
 class _Open:
     """The output item currently being streamed."""
@@ -94,7 +84,8 @@ class _Open:
     text: list[str] = field(default_factory=list)
     logprobs: list[Json] = field(default_factory=list)
     summary_open: bool = False
-    frame: tuple[bytes, bytes, bytes] | None = None  # wire: its deltas' frame, cut (wire.py)
+    frame: ItemFrame | None = None  # wire: its deltas' frame, cut (wire.py)
+    wire: type[object] | None = None  # wire: the event whose deltas take that frame (its fast path)
 
 
 class ResponsesEncoder:
@@ -127,6 +118,7 @@ class ResponsesEncoder:
                                    results)
         self._cite = cite
         self._wire = wire  # deltas as pre-encoded frames (a stream only its SSE response reads)
+        self._pending: Deltas | None = None  # wire: the last deltas returned, while not yet taken
         self.terminal = False
 
     # -- helpers ------------------------------------------------------------------
@@ -263,33 +255,12 @@ class ResponsesEncoder:
                                       output_index=idx, content_index=0, part=part))
             item["content"] = [part]
             if cur.kind == "reasoning" and self._summary is not None and text:
-                events += self._summary_done(cur, text)
+                events += summary_done(self._event, self._summary, item, idx, text)
             if cur.kind == "reasoning" and self._seal is not None:
                 item["encrypted_content"] = self._seal(text)
         item["status"] = status
         events.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
         return events
-
-    def _summary_added(self, cur: _Open) -> list[Json]:
-        cur.summary_open = True
-        return [self._event("response.reasoning_summary_part.added", item_id=cur.item["id"],
-                            output_index=cur.index, summary_index=0,
-                            part={"type": "summary_text", "text": ""})]
-
-    def _summary_done(self, cur: _Open, text: str) -> list[Json]:
-        events: list[Json] = []
-        if self._summary == "concise":
-            text = concise(text)
-            events += self._summary_added(cur)
-            events.append(self._event("response.reasoning_summary_text.delta", item_id=cur.item["id"],
-                                      output_index=cur.index, summary_index=0, delta=text))
-        part = {"type": "summary_text", "text": text}
-        cur.item["summary"] = [part]
-        return [*events,
-                self._event("response.reasoning_summary_text.done", item_id=cur.item["id"],
-                            output_index=cur.index, summary_index=0, text=text),
-                self._event("response.reasoning_summary_part.done", item_id=cur.item["id"],
-                            output_index=cur.index, summary_index=0, part=part)]
 
     def _delta(self, text: str, logprobs: list[Json] | None = None) -> list[Json]:
         cur = self._open
@@ -302,8 +273,9 @@ class ResponsesEncoder:
                 cur.kind != "reasoning" or self._summary not in ("auto", "detailed")):
             if cur.frame is None:
                 cur.frame = delta_frames(cur.kind, item_id, idx, self._dialect.reasoning_delta)
+                cur.wire = WIRE_EVENTS[cur.kind]
             self._seq += 1
-            return [framed(cur.frame, self._seq - 1, text)]
+            return [Deltas(cur.frame[0], piece(cur.frame[1], self._seq - 1, text))]
         if cur.kind == "tool":
             return [self._event("response.function_call_arguments.delta", item_id=item_id,
                                 output_index=idx, delta=text)]
@@ -315,7 +287,8 @@ class ResponsesEncoder:
                                   content_index=0, delta=text)]
             if self._summary in ("auto", "detailed"):  # the reasoning is its own summary, live
                 if not cur.summary_open:
-                    events += self._summary_added(cur)
+                    cur.summary_open = True
+                    events.append(summary_added(self._event, cur.item, idx))
                 events.append(self._event("response.reasoning_summary_text.delta", item_id=item_id,
                                           output_index=idx, summary_index=0, delta=text))
             return events
@@ -327,6 +300,23 @@ class ResponsesEncoder:
     def encode(self, event: ev.Event) -> list[Json]:
         if self.terminal:
             return []
+        cur = self._open
+        if cur is not None and type(event) is cur.wire:  # the open item's next plain delta
+            text = (event.delta if isinstance(event, ev.ToolCallArgumentsDelta) else
+                    None if isinstance(event, ev.TextDelta) and event.logprobs else
+                    getattr(event, "text", None))
+            if text is not None and cur.frame is not None:  # what _delta does, without the ifs
+                cur.text.append(text)
+                cut, middle = cur.frame
+                seq = self._seq
+                self._seq = seq + 1
+                pending = self._pending  # joined to the item's deltas not yet taken (wire.py)
+                if pending is not None and pending.cut is cut and not pending.taken:
+                    pending.pieces.append(piece(middle, seq, text))
+                    return []
+                self._pending = Deltas(cut, piece(middle, seq, text))
+                return [self._pending]
+        self._pending = None
         if isinstance(event, ev.ReasoningDelta):
             return self._open_item("reasoning") + self._delta(event.text)
         if isinstance(event, ev.PreambleDelta):
@@ -402,6 +392,7 @@ class ResponsesEncoder:
 
     def cancel(self) -> list[Json]:
         """The response was cancelled: close what is open, status ``cancelled``."""
+        self._pending = None
         events = self._close("incomplete") + self._hosted.drop()
         self._resource["status"] = "cancelled"
         self.terminal = True

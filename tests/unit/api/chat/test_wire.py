@@ -5,6 +5,7 @@ pre-encoded."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import orjson
@@ -17,31 +18,28 @@ from app.api.chat.encode import ChatEncoder
 from app.core import events as ev
 from app.core.output import TokenLogprob, TopLogprob, Usage
 from app.http.sse import data_event
+from tests.support import wire_streams
+from tests.support.wire_streams import Framed
 
 USAGE = Usage(prompt_tokens=20, completion_tokens=7, reasoning_tokens=3, cached_tokens=5)
-HOSTILE = ['"', "\\", '\\"', "\x00", "\x01\x1f", "\x7f", "\n\n", "\r\n", "data: x\n\ndata: [DONE]\n\n",
-           "\u2028", "\u2029", "é", "日本語", "😀", "\ufeff", "\ufffd", "</script>", "{}", '"}]}', "\t",
-           "\U0010ffff", "", "a" * 300]
+HOSTILE = [*wire_streams.HOSTILE, "data: x\n\ndata: [DONE]\n\n", '"}]}', ""]
 MODELS = ["gpt-oss-20b", 'we"ird\\model\u2028😀', ""]
 
 
 def _frames(events: list[ev.Event], *, pre: bool, model: str = "gpt-oss-20b", index: int = 0,
-            logprobs: bool = False, usage: bool = True) -> tuple[list[bytes], dict[str, Any], list[Any]]:
+            logprobs: bool = False, usage: bool = True, join: bool = True,
+            takes: Container[int] = wire_streams.EVERY) -> Framed:
     enc = ChatEncoder('chatcmpl-"w', model, 1_700_000_000, include_usage=usage, logprobs=logprobs,
-                      top_logprobs=1 if logprobs else 0, index=index, wire=pre)
-    payloads = enc.start()
-    for e in events:
-        payloads.extend(enc.encode(e))
-    framing = wire.frame if pre else data_event
-    return [framing(p) for p in payloads], enc.result(), payloads
+                      top_logprobs=1 if logprobs else 0, index=index, wire=pre, join=join)
+    return wire_streams.drive(enc, events, wire.frame if pre else data_event, takes)
+
+
+def _kinds(payloads: list[Any]) -> list[str]:
+    return [f"wire{len(p.pieces)}" if type(p) is wire.Deltas else "dict" for p in payloads]
 
 
 def _same(events: list[ev.Event], **kwargs: Any) -> list[Any]:
-    generic, generic_result, _ = _frames(events, pre=False, **kwargs)
-    pre, pre_result, payloads = _frames(events, pre=True, **kwargs)
-    assert pre == generic
-    assert pre_result == generic_result
-    return payloads
+    return wire_streams.same_bytes(_frames, events, **kwargs)[1]
 
 
 def test_the_common_deltas_leave_pre_encoded() -> None:
@@ -53,15 +51,22 @@ def test_the_common_deltas_leave_pre_encoded() -> None:
         ev.ToolCallStarted(1, "call_2", "Read"), ev.ToolCallArgumentsDelta(1, "{}"),
         ev.Finished("tool_calls", USAGE)]
     payloads = _same(events)
-    kinds = ["wire" if type(p) is wire.Wire else "dict" for p in payloads]
     # role, 2 reasoning, preamble, 2 text, call start, 2 args, call start, 1 arg, finish, usage
-    assert kinds == ["dict", "wire", "wire", "wire", "wire", "wire", "dict", "wire", "wire", "dict",
-                     "wire", "dict", "dict"]
+    assert _kinds(payloads) == ["dict", "wire1", "wire1", "wire1", "wire1", "wire1", "dict", "wire1",
+                                "wire1", "dict", "wire1", "dict", "dict"]
     generic = _frames(events, pre=False)[0]
-    assert payloads[8].frame == generic[8]
-    assert b'"arguments":"\\"x\\\\n\\"}"' in payloads[8].frame
-    assert orjson.loads(payloads[10].frame[6:])["choices"][0]["delta"] == {
+    assert wire.frame(payloads[8]) == generic[8]
+    assert b'"arguments":"\\"x\\\\n\\"}"' in wire.frame(payloads[8])
+    assert orjson.loads(wire.frame(payloads[10])[6:])["choices"][0]["delta"] == {
         "tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}
+    # a sender that lags: the deltas of one field (preamble and text are both content) that
+    # wait together are one payload; n > 1 choices (join=False) keep one payload each
+    assert _kinds(_same(events, takes=())) == ["dict", "wire2", "wire3", "dict", "wire2", "dict",
+                                               "wire1", "dict", "dict"]
+    assert _kinds(_same(events, takes=(), join=False)) == _kinds(payloads)
+    # taken after the first text delta: the next one starts a payload of its own
+    assert _kinds(_same(events, takes={4})) == ["dict", "wire2", "wire2", "wire1", "dict", "wire2",
+                                                "dict", "wire1", "dict", "dict"]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -72,7 +77,8 @@ def test_hostile_text_is_escaped_as_orjson_escapes_the_whole_chunk(text: str, mo
                               ev.ToolCallStarted(0, "call_h", "f"), ev.ToolCallArgumentsDelta(0, text),
                               ev.ToolCallArgumentsDelta(0, text), ev.Finished("tool_calls", USAGE)]
     payloads = _same(events, model=model)
-    assert sum(type(p) is wire.Wire for p in payloads) == 7
+    assert sum(type(p) is wire.Deltas for p in payloads) == 7
+    _same(events, model=model, takes=())
     for f in _frames(events, pre=True, model=model)[0]:  # one SSE event per frame: no raw line break
         assert f.startswith(b"data: ") and f.endswith(b"\n\n") and b"\n" not in f[:-2] and b"\r" not in f
         orjson.loads(f[6:])
@@ -83,19 +89,12 @@ def test_logprobs_and_other_choices_go_their_own_way() -> None:
     events: list[ev.Event] = [ev.ReasoningDelta("r"), ev.TextDelta("a", lp), ev.TextDelta("\u2028", lp),
                               ev.Finished("stop", USAGE)]
     payloads = _same(events, logprobs=True, index=3, usage=False)
-    assert ["wire" if type(p) is wire.Wire else "dict" for p in payloads] == [
-        "dict", "wire", "dict", "dict", "dict"]  # text with logprobs is a dict chunk
-    assert b'"index":3' in payloads[1].frame
+    assert _kinds(payloads) == ["dict", "wire1", "dict", "dict", "dict"]  # text with logprobs: a dict
+    assert b'"index":3' in wire.frame(payloads[1])
 
 
 def test_a_lone_surrogate_is_refused_by_both_encodings() -> None:
-    """Unreachable from a backend (orjson refuses one in the upstream JSON, the token decoder
-    makes U+FFFD), and if one came both encodings refuse it alike."""
-    events: list[ev.Event] = [ev.TextDelta("a"), ev.TextDelta("\ud800")]
-    with pytest.raises(TypeError):
-        _frames(events, pre=False)
-    with pytest.raises(TypeError):
-        _frames(events, pre=True)
+    wire_streams.lone_surrogate_refused(_frames)
 
 
 def test_not_streamed_or_not_asked_nothing_is_pre_encoded() -> None:
@@ -105,10 +104,9 @@ def test_not_streamed_or_not_asked_nothing_is_pre_encoded() -> None:
     assert quiet.encode(ev.TextDelta("a")) == [] and quiet.result()["choices"][0]["message"]["content"] == "a"
 
 
-_TEXT = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12))
-_EVENT = st.one_of(
-    st.builds(ev.TextDelta, _TEXT), st.builds(ev.PreambleDelta, _TEXT), st.builds(ev.ReasoningDelta, _TEXT),
-    st.sampled_from([ev.PartDone("text"), ev.PartDone("reasoning"), ev.PartDone("preamble")]),
+_TEXT = wire_streams.texts(HOSTILE)
+_EVENT = wire_streams.events(
+    _TEXT,
     st.builds(lambda i, n: ev.ToolCallStarted(i, f"call_{n}", "tool"), st.integers(0, 12), st.integers(0, 3)),
     st.builds(ev.ToolCallArgumentsDelta, st.integers(0, 12), _TEXT),
     st.builds(lambda i, t: ev.ToolCallDone(i, "call_x", "tool", t), st.integers(0, 3), _TEXT))
@@ -118,11 +116,14 @@ _EVENT = st.one_of(
 @given(st.lists(_EVENT, max_size=25), st.sampled_from(MODELS), st.integers(0, 11), st.booleans(),
        st.sampled_from([ev.Finished("stop", USAGE), ev.Finished("length", USAGE),
                         ev.Finished("tool_calls", USAGE),
-                        ev.Error("broke \u2028 off", code="model_output_error")]))
+                        ev.Error("broke \u2028 off", code="model_output_error")]),
+       st.frozensets(st.integers(0, 25)), st.booleans())
 def test_any_event_sequence_frames_byte_for_byte(events: list[ev.Event], model: str, index: int,
-                                                 usage: bool, end: ev.Event) -> None:
+                                                 usage: bool, end: ev.Event, takes: frozenset[int],
+                                                 join: bool) -> None:
+    """Whenever the sender takes what is queued (``takes``), the same bytes."""
     started = [i for i, e in enumerate(events) if type(e) is ev.ToolCallStarted]
     # a call's arguments come after a call started (as every backend's events do)
     events = [e for i, e in enumerate(events) if type(e) not in (ev.ToolCallArgumentsDelta, ev.ToolCallDone)
               or (started and i > started[0])]
-    _same([*events, end], model=model, index=index, usage=usage)
+    _same([*events, end], model=model, index=index, usage=usage, takes=takes, join=join)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import orjson
@@ -18,11 +19,11 @@ from app.core import events as ev
 from app.core.output import Usage
 from app.http.sse import typed_event
 from app.tools import code
+from tests.support import wire_streams
+from tests.support.wire_streams import Framed
 
 USAGE = Usage(prompt_tokens=20, completion_tokens=7, cached_tokens=5)
-HOSTILE = ['"', "\\", '\\"', "\x00", "\x01\x1f", "\x7f", "\n\n", "\r\n", "data: x\n\nevent: error\n",
-           "\u2028", "\u2029", "é", "日本語", "😀", "\ufeff", "\ufffd", "</script>", "{}", '"}}', "\t",
-           "\U0010ffff", "a" * 300]
+HOSTILE = [*wire_streams.HOSTILE, "data: x\n\nevent: error\n", '"}}']
 
 
 def _seal(text: str) -> str:
@@ -30,37 +31,39 @@ def _seal(text: str) -> str:
 
 
 def _frames(events: list[ev.Event], *, pre: bool, show_thinking: bool = True,
-            server: bool = False) -> tuple[list[bytes], dict[str, Any], list[Any]]:
+            server: bool = False, takes: Container[int] = wire_streams.EVERY) -> Framed:
     blocks = ServerBlocks({code.NAME: "code_execution"}, _seal) if server else None
     enc = MessagesEncoder("msg_w", "claude-x", _seal, show_thinking=show_thinking, server=blocks, wire=pre)
-    payloads = enc.start()
-    for e in events:
-        payloads.extend(enc.encode(e))
-    frame = wire.frame if pre else typed_event
-    return [frame(p) for p in payloads], enc.result(), payloads
+    return wire_streams.drive(enc, events, wire.frame if pre else typed_event, takes)
+
+
+def _kinds(payloads: list[Any]) -> list[str]:
+    return [f"deltas{len(p.pieces)}" if type(p) is wire.Deltas else "wire" if type(p) is wire.Wire
+            else p["type"] for p in payloads]
 
 
 def _same(events: list[ev.Event], **kwargs: Any) -> list[Any]:
-    generic, generic_result, _ = _frames(events, pre=False, **kwargs)
-    pre, pre_result, payloads = _frames(events, pre=True, **kwargs)
-    assert pre == generic
-    assert pre_result == generic_result
-    return payloads
+    return wire_streams.same_bytes(_frames, events, **kwargs)[1]
 
 
 def test_the_deltas_and_the_ping_leave_pre_encoded() -> None:
-    events: list[ev.Event] = [
-        ev.ReasoningDelta("th"), ev.ReasoningDelta("ink"), ev.PartDone("reasoning"),
-        ev.TextDelta("a"), ev.TextDelta('"b"'), ev.ToolCallStarted(0, "toolu_1", "Write"),
-        ev.ToolCallArgumentsDelta(0, '{"p": '), ev.ToolCallArgumentsDelta(0, '"x\\n"}'),
-        ev.ToolCallDone(0, "toolu_1", "Write", '{"p": "x\\n"}'), ev.Finished("tool_calls", USAGE)]
+    events = wire_streams.two_of_each("toolu_1", "Write", USAGE)
     payloads = _same(events)
-    pre = [p for p in payloads if type(p) is wire.Wire]
+    pre = [p for p in payloads if type(p) in (wire.Wire, wire.Deltas)]
     deltas = [f for f in _frames(events, pre=False)[0] if f.startswith(b"event: content_block_delta")
               and b"signature_delta" not in f]
-    assert [p.frame for p in pre] == [typed_event({"type": "ping"}), *deltas]
+    assert [wire.frame(p) for p in pre] == [typed_event({"type": "ping"}), *deltas]
     assert len(deltas) == 6  # 2 thinking, 2 text, 2 input_json
     assert b'"partial_json":"\\"x\\\\n\\"}"' in deltas[-1]
+    # a sender that lags: a block's deltas after its first join one payload while they wait
+    lagging = [k for k in _kinds(_same(events, takes=())) if k.startswith(("wire", "deltas"))]
+    assert lagging == ["wire", "wire", "deltas1", "wire", "deltas1", "deltas2"]
+    text = [ev.TextDelta("a"), ev.TextDelta("b"), ev.TextDelta("c"), ev.Finished("stop", USAGE)]
+    assert _kinds(_same(text, takes=())) == ["message_start", "wire", "content_block_start", "wire",
+                                             "deltas2", "content_block_stop", "message_delta", "message_stop"]
+    assert _kinds(_same(text, takes={1})) == ["message_start", "wire", "content_block_start", "wire",
+                                              "deltas1", "deltas1", "content_block_stop", "message_delta",
+                                              "message_stop"]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -70,6 +73,7 @@ def test_hostile_text_is_escaped_as_orjson_escapes_the_whole_event(text: str) ->
                               ev.ToolCallStarted(0, "toolu_h", "f"), ev.ToolCallArgumentsDelta(0, text),
                               ev.ToolCallArgumentsDelta(0, text), ev.Finished("tool_calls", USAGE)]
     _same(events)
+    _same(events, takes=())
     frames = _frames(events, pre=True)[0]
     for f in frames:  # one SSE event per frame, whatever the text: no raw line break inside
         assert f.endswith(b"\n\n") and f[:-2].count(b"\n") == 1
@@ -100,18 +104,12 @@ def test_a_lone_surrogate_is_refused_by_both_encodings() -> None:
     makes U+FFFD), and if one came both encodings refuse it alike."""
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(b'{"content": "\\ud800"}')
-    events: list[ev.Event] = [ev.TextDelta("a"), ev.TextDelta("\ud800")]
-    with pytest.raises(TypeError):
-        _frames(events, pre=False)
-    with pytest.raises(TypeError):
-        _frames(events, pre=True)
+    wire_streams.lone_surrogate_refused(_frames)
 
 
-_TEXT = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12))
-_EVENT = st.one_of(
-    st.builds(ev.TextDelta, _TEXT), st.builds(ev.PreambleDelta, _TEXT), st.builds(ev.ReasoningDelta, _TEXT),
-    st.sampled_from([ev.PartDone("text"), ev.PartDone("reasoning"), ev.PartDone("preamble")]),
-    st.builds(lambda n: ev.ToolCallStarted(0, f"toolu_{n}", "tool"), st.integers(0, 3)),
+_TEXT = wire_streams.texts(HOSTILE)
+_EVENT = wire_streams.events(
+    _TEXT, st.builds(lambda n: ev.ToolCallStarted(0, f"toolu_{n}", "tool"), st.integers(0, 3)),
     st.builds(lambda t: ev.ToolCallArgumentsDelta(0, t), _TEXT),
     st.builds(lambda n, t: ev.ToolCallDone(0, f"toolu_{n}", "tool", t), st.integers(0, 3), _TEXT))
 
@@ -120,7 +118,9 @@ _EVENT = st.one_of(
 @given(st.lists(_EVENT, max_size=25), st.booleans(),
        st.sampled_from([ev.Finished("stop", USAGE), ev.Finished("length", USAGE),
                         ev.Finished("stop", USAGE, stop_sequence='"\\\n'),
-                        ev.Error("broke \u2028 off", code="model_output_error")]))
+                        ev.Error("broke \u2028 off", code="model_output_error")]),
+       st.frozensets(st.integers(0, 25)))
 def test_any_event_sequence_frames_byte_for_byte(events: list[ev.Event], show_thinking: bool,
-                                                 end: ev.Event) -> None:
-    _same([*events, end], show_thinking=show_thinking)
+                                                 end: ev.Event, takes: frozenset[int]) -> None:
+    """Whenever the sender takes what is queued (``takes``), the same bytes."""
+    _same([*events, end], show_thinking=show_thinking, takes=takes)

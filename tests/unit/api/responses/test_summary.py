@@ -1,5 +1,5 @@
 """``reasoning.summary``: summary parts and ``response.reasoning_summary_*`` events
-(app/api/responses/encode.py), checked against the Open Responses document and the OpenAI
+(app/api/responses/summary.py, encode.py), checked against the Open Responses document and the OpenAI
 SDK's own types."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from app.api.responses.encode import CONCISE_CHARS, concise
+from app.api.responses.summary import CONCISE_CHARS, concise
 from tests.support.fake_llamacpp import FakeLlamaCpp
 from tests.support.gateway import MODEL, gateway
 from tests.support.openresponses import check_stream
