@@ -4,23 +4,30 @@
 raw-asyncio fake llama.cpp ``/completion`` in its own process, paced so the streams overlap:
 response headers at once, the first event after ``--ttft`` seconds, then a Harmony answer of
 ``--tokens`` tokens (plus 3 header tokens and ``<|return|>``) ``--gap`` seconds apart. Per
-stream count it starts ``ocm-gateway serve`` (one worker; ``limits.max_inflight`` and the
-upstream pool set to N so all N run at once, or the defaults with ``--default-limits``), then
-with one raw asyncio HTTP/1.1 client (a connection per stream, no pool to queue in) runs two
-phases in turn: N streams straight to the fake, then N through the gateway. Streams start all
-at once (or spread over ``--ramp`` seconds).
+stream count it starts ``ocm-gateway serve`` as shipped (:mod:`benchmarks.loadgw`: its default
+``--workers auto``, a SQLite file store in a temporary directory, log level ``info`` as served,
+the log kept in that directory; ``limits.max_inflight`` and the upstream pool set to N so all N
+run at once, or the defaults with ``--default-limits``), then with one raw asyncio HTTP/1.1
+client (a connection per stream, no pool to queue in) runs two phases in turn: N streams
+straight to the fake, then N through the gateway. Streams start all at once (or spread over
+``--ramp`` seconds). The output says how many workers served each run.
 
 ``--variant LABEL:NAME=VALUE,...`` (repeatable) compares gateway settings in one run: each
 variant starts its own gateway with the shipped defaults plus those environment variables
-(``workers=N|auto`` is ``serve --workers``), and ``--rounds R`` interleaves them (variant A,
-B, ..., then again); the direct phase runs before each, so added TTFB is per round.
+(``workers=N|auto`` is ``serve --workers``); ``--tree LABEL=PATH[,NAME=VALUE,...]`` the same
+with the gateway of another source tree (a before/after of a change: an export of HEAD and one
+with the change); ``--rounds R`` interleaves them (A, B, ..., then again); the direct phase runs
+before each, so added TTFB is per round. ``--profile DIR`` records every worker with py-spy
+during the burst's set-up (:mod:`benchmarks.loadprofile`, which also groups the samples).
 
 Reported per phase: completed (the whole answer, ``[DONE]`` through the gateway), 503s, other
 errors, wall time, most streams streaming at one instant, TTFB (connect → first response byte,
-and → first SSE ``data:`` event) p50 / p99 / max, and the CPU seconds of the gateway, the fake,
-this client and the rest of the machine (another job's load shows there). For the gateway: its
-process tree's peak RSS (``VmRSS`` sampled every 0.1 s, and ``VmHWM``), RSS before the phase,
-the slowest ``/health`` (probed every 0.25 s), added TTFB = gateway − direct, and in the JSON a
+and → first SSE ``data:`` event) p50 / p99 / max, the CPU seconds of the gateway, the fake,
+this client and the rest of the machine (another job's load shows there), and the machine's
+listen-queue overflows and SYN retransmissions. For the gateway: its workers, each worker's CPU
+seconds and most open descriptors (the burst's balance over the workers), its process tree's
+peak RSS (``VmRSS`` sampled every 0.1 s, and ``VmHWM``), RSS before the phase, the slowest
+``/health`` (probed every 0.25 s), added TTFB = gateway − direct, and in the JSON a
 second-by-second timeline (CPU share, RSS, first events, finished streams). The open-files limit
 is raised to its hard limit here; the fake and the gateway inherit it. Exit status 0 unless the
 run itself breaks: errors are reported, not fatal. ``make load`` runs 1,000 and 5,000.
@@ -33,16 +40,28 @@ import asyncio
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.loadfake import WARM_UP
+from benchmarks.loadgw import (
+    Gateway,
+    Setting,
+    WorkerSampler,
+    parse_tree,
+    parse_variant,
+    start,
+    stop,
+    tcp_counters,
+)
+from benchmarks.loadprofile import Recorder
 from benchmarks.loadstats import CpuMeter, RssSampler, dist_ms, markdown, open_files_limit, peak_overlap, tree
+from benchmarks.overhead.trees import Tree
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024.0
@@ -67,7 +86,7 @@ def _complete(tail: bytes, gateway: bool) -> bool:
 
 
 async def _stream(port: int, path: bytes, body: bytes, delay: float, gateway: bool,
-                  limit_s: float) -> Stream:
+                  limit_s: float, on_first: Callable[[], None] | None = None) -> Stream:
     """One POST with ``connection: close``, read to EOF; times relative to the connect."""
     await asyncio.sleep(delay)
     s = Stream(time.perf_counter())
@@ -85,6 +104,8 @@ async def _stream(port: int, path: bytes, body: bytes, delay: float, gateway: bo
                     head += chunk
                     if b"data:" in head.partition(b"\r\n\r\n")[2]:
                         s.first_event = now
+                        if on_first is not None:
+                            on_first()
                 tail = (tail + chunk)[-1024:]
             writer.close()
     except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
@@ -98,14 +119,14 @@ async def _stream(port: int, path: bytes, body: bytes, delay: float, gateway: bo
     return s
 
 
-async def _phase(port: int, gateway: bool, args: argparse.Namespace, n: int
-                 ) -> tuple[list[Stream], float]:
+async def _phase(port: int, gateway: bool, args: argparse.Namespace, n: int,
+                 on_first: Callable[[], None] | None = None) -> tuple[list[Stream], float]:
     path = b"/v1/chat/completions" if gateway else b"/completion"
     body = json.dumps({"model": "gpt-oss", "stream": True, "prompt": "hi",
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(_stream(port, path, body, i * args.ramp / n, gateway, args.timeout)
-                                     for i in range(n)))
+    results = await asyncio.gather(*(_stream(port, path, body, i * args.ramp / n, gateway, args.timeout,
+                                             on_first) for i in range(n)))
     return results, time.perf_counter() - t0
 
 
@@ -124,8 +145,8 @@ def _summary(results: list[Stream], wall: float) -> dict[str, Any]:
     }
 
 
-async def _health(port: int, stop: asyncio.Event, worst: list[float]) -> None:
-    while not stop.is_set():
+async def _health(port: int, stop_: asyncio.Event, worst: list[float], workers: WorkerSampler) -> None:
+    while not stop_.is_set():
         t0 = time.perf_counter()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -135,82 +156,88 @@ async def _health(port: int, stop: asyncio.Event, worst: list[float]) -> None:
         except OSError:
             pass
         worst.append(time.perf_counter() - t0)
+        workers.sample()
         await asyncio.sleep(0.25)
 
 
-async def _start_gateway(n: int, up_port: int, args: argparse.Namespace,
-                         variant: dict[str, str] | None = None
-                         ) -> tuple[asyncio.subprocess.Process, int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OCMGW")}
-    env.update({"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": f"http://127.0.0.1:{up_port}",
-                "OCMGW__store__path": ":memory:"})
-    if variant is not None:
-        env.update({k: v for k, v in variant.items() if k != "workers"})
-    elif not args.default_limits:
-        env.update({"OCMGW__limits__max_inflight": str(n), "OCMGW__upstream__max_connections": str(n)})
-    workers = (variant or {}).get("workers", "1")
-    exe = Path(sys.executable).with_name("ocm-gateway")
-    gw = await asyncio.create_subprocess_exec(
-        str(exe), "serve", "--port", str(port), "--log-level", "error", "--workers", workers,
-        cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"GET /health HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n")
-            if (await reader.read()).startswith(b"HTTP/1.1 200"):
-                writer.close()
-                break
-        except OSError:
-            await asyncio.sleep(0.1)
-    else:
-        raise RuntimeError("the gateway did not answer /health in 30 s")
-    return gw, port
+async def _start_gateway(n: int, up_port: int, args: argparse.Namespace, setting: Setting) -> Gateway:
+    env = {"OCMGW_MODEL": "gpt-oss", "OCMGW_BACKEND_URL": f"http://127.0.0.1:{up_port}"}
+    if not args.default_limits and not args.settings:
+        env |= {"OCMGW__limits__max_inflight": str(n), "OCMGW__upstream__max_connections": str(n)}
+    return await start(setting, env, args.log_level)
 
 
 async def _measured(port: int, gateway: bool, args: argparse.Namespace, n: int,
-                    roots: dict[str, list[int]]) -> tuple[dict[str, Any], list[Stream], float]:
-    """A phase with the CPU each process tree used in it; (summary, streams, start time)."""
-    meter, t0 = CpuMeter(roots), time.perf_counter()
-    results, wall = await _phase(port, gateway, args, n)
-    return _summary(results, wall) | {"cpu_s": meter.stop()}, results, t0
+                    roots: dict[str, list[int]], on_first: Callable[[], None] | None = None,
+                    ) -> tuple[dict[str, Any], list[Stream], float]:
+    """A phase with the CPU each process tree used in it and the machine's TCP counters;
+    (summary, streams, start time)."""
+    meter, tcp, t0 = CpuMeter(roots), tcp_counters(), time.perf_counter()
+    results, wall = await _phase(port, gateway, args, n, on_first)
+    after = tcp_counters()
+    return _summary(results, wall) | {"cpu_s": meter.stop(), "tcp": {
+        k: after[k] - tcp[k] for k in after if k in tcp}}, results, t0
+
+
+class _Profile:
+    """py-spy on every worker from the phase's start until all ``n`` first events (or the end)."""
+
+    def __init__(self, gw: Gateway, n: int, prefix: Path, rate: int) -> None:
+        self.recorder, self.n, self.seen = Recorder(gw.worker_pids, prefix, rate), n, 0
+        self.done = asyncio.Event()
+
+    def first(self) -> None:
+        self.seen += 1
+        if self.seen >= self.n:
+            self.done.set()
 
 
 async def run(n: int, fake: asyncio.subprocess.Process, up_port: int, args: argparse.Namespace,
-              variant: dict[str, str] | None = None) -> dict[str, Any]:
-    gw, port = await _start_gateway(n, up_port, args, variant)
+              setting: Setting, tag: str) -> dict[str, Any]:
+    gw = await _start_gateway(n, up_port, args, setting)
+    port = gw.port
     # the client alone: the fake and the gateway are its children
-    roots = {"gateway": tree(gw.pid), "fake": tree(fake.pid), "client": [os.getpid()]}
+    roots = {"gateway": tree(gw.proc.pid), "fake": tree(fake.pid), "client": [os.getpid()]}
     try:
         warm = json.dumps({"model": "gpt-oss", "stream": True, "seed": WARM_UP,
                            "messages": [{"role": "user", "content": "hi"}]}).encode()
-        workers = (variant or {}).get("workers", "1")
         # first-request imports and caches (each worker's); the fake answers these unpaced
-        for _ in range(3 * (int(workers) if workers.isdigit() else os.cpu_count() or 1)):
+        for _ in range(3 * gw.workers):
             await _stream(port, b"/v1/chat/completions", warm, 0, True, 30)
         direct = (await _measured(up_port, False, args, n, roots))[0]
         await asyncio.sleep(0.5)
-        sampler = RssSampler(gw.pid)
+        sampler, per_worker = RssSampler(gw.proc.pid), WorkerSampler(gw.worker_pids)
         idle_kb = sampler.sample()
-        stop, worst = asyncio.Event(), [0.0]
-        watchers = [asyncio.create_task(sampler.run(stop)), asyncio.create_task(_health(port, stop, worst))]
-        gateway, results, t0 = await _measured(port, True, args, n, roots)
-        stop.set()
+        stop_, worst = asyncio.Event(), [0.0]
+        watchers = [asyncio.create_task(sampler.run(stop_)),
+                    asyncio.create_task(_health(port, stop_, worst, per_worker))]
+        profile = _Profile(gw, n, args.profile / tag, args.profile_rate) if args.profile else None
+        if profile is not None:
+            await profile.recorder.start()
+        measured = asyncio.create_task(_measured(port, True, args, n, roots,
+                                                 profile.first if profile else None))
+        if profile is not None:
+            all_first = asyncio.create_task(profile.done.wait())
+            await asyncio.wait([measured, all_first], return_when=asyncio.FIRST_COMPLETED)
+            all_first.cancel()
+            await profile.recorder.stop()
+        gateway, results, t0 = await measured
+        stop_.set()
         await asyncio.gather(*watchers)
         gateway |= {
+            "workers": gw.workers, "worker_cpu_s": per_worker.cpu(),
+            "worker_peak_fds": [per_worker.peak_fds[p] for p in gw.worker_pids],
             "rss_idle_mb": round(idle_kb / MB, 1), "rss_peak_mb": round(sampler.peak_kb / MB, 1),
             "rss_hwm_mb": round(sampler.hwm_kb() / MB, 1), "rss_samples": sampler.samples,
-            "processes": len(tree(gw.pid)), "open_files_limit": open_files_limit(gw.pid),
+            "processes": len(tree(gw.proc.pid)), "open_files_limit": open_files_limit(gw.proc.pid),
             "health_worst_s": round(max(worst), 3), "load_average": os.getloadavg(),
+            "imported_from": gw.imported,
+            "profile": [str(f) for f in profile.recorder.files] if profile else None,
             "per_second": sampler.per_second(t0, {
                 "first_events": [s.first_event for s in results if s.first_event],
                 "finished": [s.end for s in results if s.ok]})}
     finally:
-        gw.terminate()
-        await asyncio.wait_for(gw.wait(), 60)
+        await stop(gw.proc, gw.workdir)
     added = {k: None if gateway["ttfb_event_ms"][k] is None or direct["ttfb_event_ms"][k] is None
              else round(gateway["ttfb_event_ms"][k] - direct["ttfb_event_ms"][k], 1)
              for k in ("p50", "p99", "max")}
@@ -237,26 +264,23 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
     fake = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.loadfake", "--ttft", str(args.ttft),
         "--gap", str(args.gap), "--tokens", str(args.tokens), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    shipped = Setting("", Tree.at("shipped", ROOT))
     try:
         assert fake.stdout is not None
         up_port = int(await asyncio.wait_for(fake.stdout.readline(), 30))
         runs = []
         for n in args.streams or [1000]:
             for round_ in range(args.rounds):
-                for label, variant in (args.variant or [("", None)]):
-                    result = await run(n, fake, up_port, args, variant)
-                    runs.append(({"variant": label, "round": round_ + 1} if label else {}) | result)
+                for setting in args.settings or [shipped]:
+                    tag = f"{n}-{setting.label or 'shipped'}-r{round_ + 1}"
+                    result = await run(n, fake, up_port, args, setting, tag)
+                    runs.append(({"variant": setting.label, "round": round_ + 1} if setting.label else {})
+                                | result)
                     print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         return runs
     finally:
         fake.terminate()
         await fake.wait()
-
-
-def _variant(text: str) -> tuple[str, dict[str, str]]:
-    label, _, pairs = text.partition(":")
-    settings = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
-    return label or "default", settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,19 +293,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="per stream, seconds")
     parser.add_argument("--default-limits", action="store_true",
                         help="keep the gateway's admission defaults (1,024 in flight, queue 1,024)")
-    parser.add_argument("--variant", type=_variant, action="append",
+    parser.add_argument("--variant", type=parse_variant, action="append", dest="settings",
                         help="LABEL:NAME=VALUE,... gateway settings to compare (repeatable; "
                              "workers=N|auto is serve --workers); the shipped defaults otherwise")
+    parser.add_argument("--tree", type=parse_tree, action="append", dest="settings",
+                        help="LABEL=PATH[,NAME=VALUE,...]: the gateway of another source tree "
+                             "(repeatable, interleaved with the variants)")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the variants")
+    parser.add_argument("--log-level", default="info", help="serve --log-level (info: as shipped)")
+    parser.add_argument("--profile", type=Path, help="py-spy every worker during the burst, into DIR")
+    parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples a second")
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args(argv)
     nofile = _raise_nofile()
     runs = asyncio.run(_main(args))
+    workers = sorted({str(r["gateway"]["workers"]) for r in runs})
     setup = (f"fake upstream: headers at once, first event after {args.ttft * 1000:.0f} ms, then "
              f"{args.tokens + 4} events {args.gap * 1000:.0f} ms apart; streams started "
              + (f"over {args.ramp} s" if args.ramp else "all at once") + "; gateway limits "
-             + ("per variant" if args.variant else "default" if args.default_limits
+             + ("per variant" if args.settings else "default" if args.default_limits
                 else "max_inflight = upstream pool = streams")
+             + f"; gateway workers {'/'.join(workers)} ("
+             + ("per variant" if args.settings else "serve's default, --workers auto")
+             + f"), log level {args.log_level}, SQLite file store"
              + f"; open files limit {nofile[0]}; {os.cpu_count()} CPUs; {_tree_state()}.")
     print(markdown(runs, setup))
     if args.json:

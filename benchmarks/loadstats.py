@@ -206,12 +206,18 @@ def markdown(runs: list[dict[str, Any]], setup: str) -> str:
                          f"| {_dist(p['ttfb_event_ms'])} | {_dist(p['ttfb_byte_ms'])} | {cpu} |")
     lines += ["", "### Gateway", "",
               "| streams | errors | completed | wall s | peak RSS MB (sampled / VmHWM) | idle RSS MB "
-              "| CPU s (phase) | added TTFB p50 / p99 ms | slowest /health s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| CPU s (phase) | added TTFB p50 / p99 ms | slowest /health s | workers "
+              "| CPU s per worker | most open fds per worker | listen overflows / SYN retransmits |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         g = run["gateway"]
+        tcp = g.get("tcp", {})
         lines.append(f"| {_label(run)} | {g['errors']:,} | {g['completed']:,} | {g['wall_s']:.1f} "
                      f"| {g['rss_peak_mb']:.0f} / {g['rss_hwm_mb']:.0f} | {g['rss_idle_mb']:.0f} "
                      f"| {g['cpu_s']['gateway']:.1f} | {_f(run['added_ttfb_ms']['p50'])} / "
-                     f"{_f(run['added_ttfb_ms']['p99'])} | {g['health_worst_s']:.2f} |")
+                     f"{_f(run['added_ttfb_ms']['p99'])} | {g['health_worst_s']:.2f} "
+                     f"| {g.get('workers', '–')} "
+                     f"| {' / '.join(f'{c:.1f}' for c in g.get('worker_cpu_s') or []) or '–'} "
+                     f"| {' / '.join(str(n) for n in g.get('worker_peak_fds') or []) or '–'} "
+                     f"| {_f(tcp.get('ListenOverflows'))} / {_f(tcp.get('TCPSynRetrans'))} |")
     return "\n".join(lines)

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from app.main import create_app
+from app.main import YOUNG_COLLECTION, create_app
 from tests.support.gateway import config
 
 
@@ -19,3 +19,15 @@ async def test_start_up_objects_are_kept_out_of_full_collections() -> None:
     async with app.router.lifespan_context(app):
         assert gc.get_freeze_count() > 100_000
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.asyncio
+async def test_young_collections_are_rarer_while_serving_and_restored_after() -> None:
+    """At gc's 700 a burst's live objects were promoted into full collections (b40u); the
+    lifespan raises generation 0's threshold and gives the process its thresholds back."""
+    before = gc.get_threshold()
+    assert before[0] < YOUNG_COLLECTION
+    app = create_app(config())
+    async with app.router.lifespan_context(app):
+        assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
+    assert gc.get_threshold() == before
