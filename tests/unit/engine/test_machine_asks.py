@@ -17,36 +17,24 @@ import pytest
 from app.engine import signal_hub
 from app.engine.machine_signals import MachineSignals
 from app.engine.signal_hub import SignalHub
+from tests.support.signals_worker import SignalsWorker
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class Worker:
+class Worker(SignalsWorker):
     def __init__(self, path: str) -> None:
-        self.signals = MachineSignals(path)
+        super().__init__(path)
         self.heard: list[list[Any]] = []
         self.linked = 0
         self.signals.asks.handlers["note"] = self.heard.append
         self.signals.asks.on_link.append(self._linked)
-        self.task: asyncio.Task[None] | None = None
 
     def _linked(self) -> None:
         self.linked += 1
 
-    async def start(self) -> Worker:
-        self.task = asyncio.get_running_loop().create_task(self.signals.listen(lambda _: None))
-        for _ in range(200):
-            if self.signals._link is not None and self.signals._link.alive and self.linked:
-                return self
-            await asyncio.sleep(0.01)
-        raise AssertionError("not connected")
-
-    async def stop(self) -> None:
-        assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-        self.signals.close()
+    def ready(self) -> bool:
+        return self.linked > 0
 
 
 @contextlib.asynccontextmanager

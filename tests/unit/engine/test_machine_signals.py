@@ -18,6 +18,7 @@ from app.engine import signal_hub
 from app.engine.machine_signals import MachineSignals
 from app.engine.signal_hub import SignalHub
 from app.engine.signals import SignalsUnavailable
+from tests.support.signals_worker import SignalsWorker
 
 pytestmark = pytest.mark.timeout(30)
 Json = dict[str, Any]
@@ -45,28 +46,17 @@ class Stored:
         return [{"type": "error", "message": reason.message}]
 
 
-class Worker:
+class Worker(SignalsWorker):
     def __init__(self, path: str) -> None:
-        self.signals = MachineSignals(path)
+        super().__init__(path)
         self.cancels: list[str] = []
         self.cooldowns: list[tuple[str, float]] = []
-        self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> Worker:
-        self.task = asyncio.get_running_loop().create_task(
-            self.signals.listen(self.cancels.append, lambda url, s: self.cooldowns.append((url, s))))
-        for _ in range(200):
-            if self.signals._link is not None and self.signals._link.alive:
-                return self
-            await asyncio.sleep(0.01)
-        raise AssertionError("not connected")
+    def on_cancel(self, run_id: str) -> None:
+        self.cancels.append(run_id)
 
-    async def stop(self) -> None:
-        assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-        self.signals.close()
+    def on_cooldown(self, url: str, seconds: float) -> None:
+        self.cooldowns.append((url, seconds))
 
 
 @contextlib.asynccontextmanager

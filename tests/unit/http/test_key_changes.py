@@ -5,7 +5,6 @@ processes: the machine's signal hub (real, on a Unix socket in this process) and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.engine import signal_hub
-from app.engine.machine_signals import MachineSignals
 from app.http.keys import KeyResolver, share_changes
 from tests.support.redis_server import redis_server
+from tests.support.signals_worker import SignalsWorker
 
 pytestmark = pytest.mark.timeout(60)
 DIGEST = "d" * 64
@@ -90,27 +89,11 @@ async def test_a_channel_that_fails_is_logged_not_raised(caplog: pytest.LogCaptu
     assert "key_cache_seconds" in caplog.text and DIGEST not in caplog.text
 
 
-class Worker:
+class Worker(SignalsWorker):
     def __init__(self, path: str, store: Store) -> None:
-        self.signals = MachineSignals(path)
+        super().__init__(path)
         self.keys = resolver(store)
         assert share_changes(self.keys, self.signals, None) is None
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> Worker:
-        self.task = asyncio.get_running_loop().create_task(self.signals.listen(lambda _: None))
-        for _ in range(200):
-            if self.signals._link is not None and self.signals._link.alive:
-                return self
-            await asyncio.sleep(0.01)
-        raise AssertionError("not connected")
-
-    async def stop(self) -> None:
-        assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-        self.signals.close()
 
 
 async def test_through_the_hub_the_other_worker_forgets_before_changed_returns(tmp_path: Path) -> None:
