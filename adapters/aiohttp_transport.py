@@ -34,12 +34,15 @@ Both go through :class:`AiohttpPool`, which holds what the gateway relies on, wh
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
-from types import SimpleNamespace, TracebackType
+from types import TracebackType
+from typing import Any
 
 import aiohttp
 import httpx
+from aiohttp.connector import Connection
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
@@ -74,18 +77,35 @@ _IDENTITY = ("accept-encoding", "identity")
 
 
 class _Attempt:
-    """Whether one try of a request ran on a pooled connection (set by aiohttp's tracing)."""
+    """Whether one try of a request ran on a pooled connection (set by :class:`_Connector`)."""
 
-    reused = False
+    __slots__ = ("reused",)
 
-
-async def _on_reuse(session: aiohttp.ClientSession, ctx: SimpleNamespace,
-                    params: aiohttp.TraceConnectionReuseconnParams) -> None:
-    ctx.trace_request_ctx.reused = True
+    def __init__(self) -> None:
+        self.reused = False
 
 
-_TRACE = aiohttp.TraceConfig()
-_TRACE.on_connection_reuseconn.append(_on_reuse)
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("upstream_attempt",
+                                                                           default=None)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, telling the request being sent (:data:`_ATTEMPT`, in the task that
+    connects) that it got a pooled connection.  aiohttp's tracing said the same, at the price
+    of a ``Trace`` and six awaited signals on every request."""
+
+    async def _get(self, *args: Any, **kwargs: Any) -> Connection | None:
+        # aiohttp's private hook for "a pooled connection, if one is free" (3.10-3.14: the
+        # same name; the arguments passed through as they come, whatever they are).  Were it
+        # renamed, nothing would call this: requests still work, only a stale pooled
+        # connection would fail instead of being sent again (tests/unit/adapters/
+        # test_aiohttp_transport.py::test_reuse_is_known_without_aiohttp_tracing says so).
+        conn: Connection | None = await super()._get(*args, **kwargs)
+        if conn is not None:
+            attempt = _ATTEMPT.get()
+            if attempt is not None:
+                attempt.reused = True
+        return conn
 
 
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
@@ -123,11 +143,10 @@ class AiohttpPool:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=self._keepalive,
-                                             ssl=self._ssl)
+            connector = _Connector(limit=self._limit, keepalive_timeout=self._keepalive,
+                                   ssl=self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False, auto_decompress=False,
-                trace_configs=[_TRACE],
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"))
         return self._session
 
@@ -138,11 +157,11 @@ class AiohttpPool:
         proxy, proxy_auth = await self._proxy(url) if self._trust_env else _NO_PROXY
         while True:
             attempt = _Attempt()
+            token = _ATTEMPT.set(attempt)
             try:
                 return await self._client().request(
                     method, url, data=body or None, headers=headers, allow_redirects=False,
-                    timeout=waits, trace_request_ctx=attempt, proxy=proxy,
-                    proxy_auth=proxy_auth)
+                    timeout=waits, proxy=proxy, proxy_auth=proxy_auth)
             except aiohttp.ClientConnectorError:  # could not connect: not a stale one
                 raise
             except _STALE:
@@ -152,6 +171,8 @@ class AiohttpPool:
                 # fails like this is the server's failure, and is not retried here.
                 if not attempt.reused:
                     raise
+            finally:
+                _ATTEMPT.reset(token)
 
     async def _proxy(self, url: URL) -> _Proxy:
         """The environment's proxy for ``url``'s origin, looked up once (off the loop: it

@@ -221,8 +221,9 @@ class ChatStream:
         finish = _finish(choice)
         if finish is not None and self._refused:
             finish = Finish(finish.kind, finish.stop_string, refused=True)
+        calls = delta.get("tool_calls")  # a plain text delta makes no generator for none
         return Chunk(text=str(delta.get("content") or "") + str(refusal or ""), reasoning=str(reasoning),
-                     tool_calls=tuple(self._call(tc) for tc in delta.get("tool_calls") or ()),
+                     tool_calls=tuple(self._call(tc) for tc in calls) if calls else (),
                      logprobs=_logprobs(content) if content else None,
                      finish=finish, usage=usage)
 

@@ -96,6 +96,8 @@ class EventStream:
         self._release = release  # the admission slot, given back when the stream ends
         self._held_part: ev.PartDone | None = None
         self._coalesce = False
+        # the parser's feed of several chunks with their deltas joined, once coalescing
+        self._feed_joined: Callable[[list[Chunk]], list[ev.Event]] | None = None
         # What the backend did if it never reports its usage (the client left, the backend
         # failed mid-answer): the prompt, and a token per token id (or event) received.
         self._prompt_estimate = prompt_estimate
@@ -159,8 +161,20 @@ class EventStream:
                                 for event in self._hold_parts(self._merged(events)):
                                     yield event
                     elif chunks:  # several events: adjacent deltas joined (coalesce)
-                        self._seen += sum(len(chunk.token_ids) or 1 for chunk in chunks)
                         events = []
+                        if self._feed_joined is None:  # streamed: a delta a token
+                            self._seen += sum(len(chunk.token_ids) or 1 for chunk in chunks)
+                        else:
+                            seen, huge = 0, False
+                            for chunk in chunks:
+                                ids = len(chunk.token_ids)
+                                seen += ids or 1
+                                if ids > HUGE or len(chunk.text) > HUGE:
+                                    huge = True
+                            self._seen += seen
+                            if not huge:  # one delta a part, not a token
+                                events = self._feed_joined(chunks)
+                                chunks = []
                         for chunk in chunks:
                             if _huge(chunk):
                                 for event in self._hold_parts(self._merged(events)):
@@ -214,6 +228,7 @@ class EventStream:
         one delta: for an answer that is only folded (a non-streaming one), where how its text
         was cut into deltas is never seen; a streamed answer keeps one delta per token."""
         self._coalesce = True
+        self._feed_joined = getattr(self._parser, "feed_joined", None)
 
     def _merged(self, events: list[ev.Event]) -> list[ev.Event]:
         """``events`` with adjacent deltas of the same part joined, when :meth:`coalesce` was

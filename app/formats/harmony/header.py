@@ -29,7 +29,7 @@ _WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u20
 _CHANNEL_END = re.compile("[<" + re.escape(_WHITE_SPACE) + "]")
 _ASCII_WHITESPACE = re.compile("[ \t\n\x0c\r]+")  # Rust's split_ascii_whitespace
 _MAX_MEMO = 1 << 16  # distinct token ids remembered (an answer uses a few thousand)
-_BYTES: dict[int, bytes] = {}
+KNOWN_BYTES: dict[int, bytes] = {}  # token id -> its bytes, memoized by token_bytes
 
 
 class HarmonyFormatError(ValueError):
@@ -45,12 +45,12 @@ class Header(NamedTuple):
 def token_bytes(token: int) -> bytes:
     """The bytes token ``token`` stands for (special tokens: their text, e.g. ``<|end|>``).
     An id outside the vocabulary raises (openai-harmony's error)."""
-    data = _BYTES.get(token)
+    data = KNOWN_BYTES.get(token)
     if data is None:
         text = harmony_encoding().decode([token], errors="surrogateescape")
         data = text.encode("utf-8", "surrogateescape")
-        if len(_BYTES) < _MAX_MEMO:
-            _BYTES[token] = data
+        if len(KNOWN_BYTES) < _MAX_MEMO:
+            KNOWN_BYTES[token] = data
     return data
 
 

@@ -3,7 +3,9 @@
 Push tokens with :meth:`HarmonyEventParser.feed` (one backend chunk at a time; a huge one with
 :meth:`HarmonyEventParser.feed_slices`, :data:`SLICE_TOKENS` ids at a time) and call
 :meth:`HarmonyEventParser.close` when the backend stream ends; both return the events the new
-input produced.  Channel mapping:
+input produced.  :meth:`HarmonyEventParser.feed_joined` feeds the chunks of one upstream read of an
+answer that is only folded (a non-streamed one): the same events with the adjacent deltas of one
+part joined, decoded together instead of one delta a token.  Channel mapping:
 
 * ``final`` (a content type such as ``<|constrain|>json`` allowed) → :class:`TextDelta`,
   the only text that is ever the answer;
@@ -44,11 +46,17 @@ from __future__ import annotations
 
 import codecs
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from app.core import events as ev
 from app.core.output import Chunk, Finish, TokenLogprob, Usage
-from app.formats.harmony.header import CONSTRAIN_MARKER, HarmonyFormatError, decode_header, token_bytes
+from app.formats.harmony.header import (
+    CONSTRAIN_MARKER,
+    KNOWN_BYTES,
+    HarmonyFormatError,
+    decode_header,
+    token_bytes,
+)
 from app.formats.harmony.vocab import CALL, END, MESSAGE, RETURN, START
 from app.formats.parsing.accounting import Accounting
 from app.formats.parsing.parts import Parts
@@ -83,6 +91,7 @@ class HarmonyEventParser:
         self._done = False
         self._pending_logprobs: list[TokenLogprob] = []
         self._out: list[ev.Event] = []
+        self._joined: list[bytes] = []  # body bytes not yet decoded (feed_joined)
         for tok in prefill:  # a forced header: may open a tool call, emitted on first feed
             self._step(tok, None)
 
@@ -109,6 +118,70 @@ class HarmonyEventParser:
         self._read(chunk, starts[-1], n)
         yield self._end_chunk(chunk)
 
+    def feed_joined(self, chunks: Sequence[Chunk]) -> list[ev.Event]:
+        """The events of :meth:`feed` for each of ``chunks`` in turn, for an answer that is only
+        folded (:meth:`app.engine.stream.EventStream.coalesce`): the body tokens of one part
+        that come in a row are decoded together and become one delta where :meth:`feed` made
+        one a token (what ``EventStream`` joins them into anyway; text with logprobs is read
+        token by token).  Joined adjacent deltas of one part equal, tested on random streams."""
+        out: list[ev.Event] = []
+        owed = False  # the events of the chunks read so far are in ``_out``, not yet in ``out``
+        pending = self._joined  # body bytes read and not yet decoded
+        for chunk in chunks:
+            if self._done:  # as feed: only a late chunk's usage
+                if owed:
+                    self._flush_joined()
+                    out += self._out
+                    self._out = []
+                    owed = False
+                out += self._acct.late(chunk)
+                continue
+            owed = True
+            ids = chunk.token_ids
+            if chunk.logprobs or self._pending_logprobs:
+                if pending:
+                    self._flush_joined()
+                self._read(chunk, 0, len(ids))
+            else:
+                self._read_joined(ids)
+            if chunk.usage is not None or chunk.finish is not None:
+                if pending:
+                    self._flush_joined()
+                self._end_usage(chunk)
+        if owed:
+            if pending:
+                self._flush_joined()
+            out += self._out
+            self._out = []
+        return out
+
+    def _read_joined(self, ids: tuple[int, ...]) -> None:
+        """:meth:`_read` of a whole chunk without logprobs, a body token's bytes kept in
+        ``_joined`` until something else happens (any other token, the chunk's finish, the
+        end of :meth:`feed_joined`)."""
+        pending = self._joined
+        acct = self._acct
+        for tok in ids:
+            if self._stop_token is not None:
+                break  # nothing after a stop token belongs to this answer
+            acct.completion_tokens += 1
+            if self._state is _State.BODY and tok not in _TERMINATORS:
+                if self._kind == "reasoning":
+                    acct.reasoning_tokens += 1
+                data = KNOWN_BYTES.get(tok)
+                pending.append(data if data is not None else token_bytes(tok))
+                continue
+            if pending:
+                self._flush_joined()
+            self._step(tok, None)
+
+    def _flush_joined(self) -> None:
+        """The body bytes kept by :meth:`_read_joined`, decoded as one delta."""
+        delta = self._body.decode(b"".join(self._joined))
+        self._joined.clear()
+        if delta:
+            self._emit_delta(delta)
+
     def _read(self, chunk: Chunk, start: int, end: int) -> None:
         """The chunk's token ids ``start:end``."""
         ids = chunk.token_ids
@@ -121,14 +194,18 @@ class HarmonyEventParser:
 
     def _end_chunk(self, chunk: Chunk) -> list[ev.Event]:
         """The chunk's usage and finish, after its ids; every event the chunk produced."""
+        self._end_usage(chunk)
+        out, self._out = self._out, []
+        return out
+
+    def _end_usage(self, chunk: Chunk) -> None:
+        """The chunk's usage and finish, after its ids."""
         if chunk.usage is not None:
             self._acct.backend = chunk.usage
         if chunk.finish is not None:
             reason = self._finish(chunk.finish)
             if reason is not None:
                 self._out.extend(self._acct.hold(reason, chunk))
-        out, self._out = self._out, []
-        return out
 
     def close(self) -> list[ev.Event]:
         """The backend stream ended; a missing finish is a truncation error."""

@@ -204,3 +204,32 @@ async def test_proxies_come_from_the_environment_once_per_origin(
     assert all(h.startswith(b"POST http://upstream.invalid:8080/completion HTTP/1.1") for h in heads)
     assert direct.requests[0][0].startswith(b"POST /v1/models HTTP/1.1")  # NO_PROXY: direct
     assert lookups == ["http://upstream.invalid:8080/completion", direct_url + "/v1/models"]
+
+
+async def test_reuse_is_known_without_aiohttp_tracing() -> None:
+    """Whether a request got a pooled connection comes from the pool's connector, not from
+    aiohttp's tracing (a ``Trace`` and its awaited signals on every request): the session has
+    no trace configs, and a second request on a kept-alive connection is seen as reused."""
+    from adapters import aiohttp_transport as at
+
+    seen: list[bool] = []
+    real = at._Connector._get
+
+    async def recording(self: at._Connector, key: object, traces: list[object]) -> object:
+        conn = await real(self, key, traces)  # type: ignore[arg-type]
+        attempt = at._ATTEMPT.get()
+        seen.append(attempt is not None and attempt.reused)
+        return conn
+
+    server = DropsReused(HEAD + chunk(b"data: ok\n\n") + b"0\r\n\r\n")
+    transport = AiohttpTransport(httpx.Limits(max_connections=4))
+    async with listening(server) as url, httpx.AsyncClient(transport=transport) as c:
+        at._Connector._get = recording  # type: ignore[method-assign]
+        try:
+            for _ in range(2):
+                async with c.stream("POST", url, content=b"{}") as r:
+                    assert await r.aread() == b"data: ok\n\n"
+        finally:
+            at._Connector._get = real  # type: ignore[method-assign]
+        assert transport.pool._client().trace_configs == []
+    assert seen[0] is False and True in seen  # the first on a new connection, a later one reused
