@@ -52,7 +52,7 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=parse_workers, default=None, metavar="N|auto",
                        help="worker processes (default: $OCMGW_WORKERS, else the config's workers, "
-                            "else auto: the CPUs this process may use, 1 with --embedded or a "
+                            "else 1; auto: the CPUs this process may use, 1 with --embedded or a "
                             ":memory: store)")
     serve.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                        help="event loop (default auto: uvloop when installed, else asyncio)")

@@ -2,7 +2,7 @@
 
 :func:`parse_workers` is the option's argparse type: a positive integer or ``auto``.
 :func:`requested` picks the flag, else ``OCMGW_WORKERS``, else the config's top-level ``workers``
-key, else ``auto`` (the built-in default).  :func:`choose` turns it into a count and a one-line
+key, else 1 (the built-in default).  :func:`choose` turns it into a count and a one-line
 reason for the log.  ``auto`` is the
 number of CPUs this process may run on (:func:`available_cpus`: ``os.sched_getaffinity``,
 capped by the cgroup's CPU quota, ``/sys/fs/cgroup/cpu.max`` on cgroup v2 or
@@ -79,7 +79,7 @@ def requested(flag: int | str | None, configured: int | str, *, explicit: bool =
               env: Mapping[str, str] | None = None) -> tuple[int | str, str]:
     """What was asked for and where: the flag, else ``OCMGW_WORKERS``, else the config file's
     ``workers`` (``configured`` is the loaded config's value, the variable already applied;
-    ``explicit``: the file or the variable set it), else the default (``auto``)."""
+    ``explicit``: the file or the variable set it), else the default (1)."""
     env = os.environ if env is None else env
     if flag is not None:
         return flag, "--workers"
@@ -87,7 +87,7 @@ def requested(flag: int | str | None, configured: int | str, *, explicit: bool =
         return configured, "OCMGW_WORKERS"
     if explicit:
         return configured, "config workers"
-    return AUTO, "the default"
+    return 1, "the default"
 
 
 def choose(requested: int | str, *, store_path: str, store_url: str | None, embedded: bool,

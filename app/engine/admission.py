@@ -17,7 +17,10 @@ backend nothing (queued in llama.cpp it would still cost a prompt evaluation), f
 for llama.cpp the replica's ``/props`` ``total_slots`` plus ``inflight_margin``: read before
 the first request (which waits for it), then again in the background after a failure of the
 replica (a restart may bring other slots) and every :attr:`ReplicaGate.RECHECK` seconds.  A
-replica that reports no slots is not bounded.  :func:`bound_replicas` puts the gates on a
+replica that reports no slots is not bounded; while none was ever read (a backend still loading
+at start-up, or down when this process first asked) it is read again, waited for, at most every
+:attr:`ReplicaGate.UNKNOWN_RECHECK` seconds, not left unbounded until the next
+:attr:`RECHECK`.  :func:`bound_replicas` puts the gates on a
 backend's replicas; with ``serve --workers N`` and no Redis they are
 :class:`app.engine.machine_gate.MachineGate`, the same gate with its slots taken for the whole
 machine.
@@ -137,6 +140,7 @@ class ReplicaGate:
     :class:`adapters.routing.Gate`."""
 
     RECHECK = 30.0  # seconds between two background reads of the slot count
+    UNKNOWN_RECHECK = 1.0  # while no count was ever read (the backend still loading, or down)
 
     def __init__(self, url: str, *, fixed: int | None, read_slots: SlotReader | None, margin: int,
                  max_queue: int, queue_timeout: float, recheck: float = RECHECK) -> None:
@@ -168,8 +172,8 @@ class ReplicaGate:
     async def ready(self) -> None:
         """The slot count read when due (the first time, waited for)."""
         if self._read is not None:
-            due = self._checked is None or self._stale or (
-                time.monotonic() - self._checked >= self._recheck)
+            every = self._recheck if self.slots is not None else min(self._recheck, self.UNKNOWN_RECHECK)
+            due = self._checked is None or self._stale or (time.monotonic() - self._checked >= every)
             if due and self.slots is None:
                 await asyncio.shield(self._start_reading())  # never read: a burst must wait for it
             elif due:
@@ -179,6 +183,12 @@ class ReplicaGate:
         if failed:
             self._stale = True
         self.queue.release()
+
+    def failed_elsewhere(self) -> None:
+        """Another worker (or replica) saw this one fail: its slots are read again on the next
+        request here too (a backend restarted with other slots; only the worker whose request
+        failed would read them otherwise)."""
+        self._stale = True
 
     def _start_reading(self) -> asyncio.Task[None]:
         if self._reading is None or self._reading.done():

@@ -163,8 +163,13 @@ class Registry:
             pool.on_fail = publish
 
     def cool(self, url: str, seconds: float) -> None:
+        """Another worker or replica found ``url`` failing: skip it for ``seconds`` and read its
+        slots again (it may come back restarted with other slots)."""
         for pool in self.pools():
             pool.cool(url, seconds)
+        gate = self.gates.get(url)
+        if gate is not None:
+            gate.failed_elsewhere()
 
     def canonical(self, model: str) -> str:
         """The model an alias (``[aliases]``) stands for; any other name as it is."""

@@ -127,8 +127,7 @@ def test_the_count_comes_from_the_flag_then_the_environment_then_the_config(
     store = str(tmp_path / "r.sqlite3")
     config = tmp_path / "gw.toml"
     config.write_text("workers = 2\n")
-    assert _serve(monkeypatch, tmp_path, store)["workers"] == 3  # the built-in default: auto
-    assert "the default auto: 3 workers (3 CPUs" in capsys.readouterr().err
+    assert _serve(monkeypatch, tmp_path, store)["workers"] == 1  # the built-in default
     config.write_text("workers = 1\n")  # asked for explicitly: one, as before the default changed
     assert _serve(monkeypatch, tmp_path, store, "--config", str(config))["workers"] == 1
     config.write_text("workers = 2\n")

@@ -187,3 +187,37 @@ async def test_full_means_every_slot_taken_or_someone_waiting() -> None:
     assert not gate(None).full  # no bound read yet, none configured: never full
     for task in held:
         task.cancel()
+
+
+async def test_a_count_never_read_is_read_again_within_a_second_not_thirty(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend still loading (or down) when the first request came: no count, so no bound;
+    it was left unbounded until the next 30 s check, and a burst then reached it all at once."""
+    monkeypatch.setattr(ReplicaGate, "UNKNOWN_RECHECK", 0.05)
+    read = Slots(None, 2)
+    g = gate(read)
+    await g.acquire()
+    g.release()
+    assert g.bound is None and read.reads == 1
+    await g.acquire()  # within UNKNOWN_RECHECK: no read
+    g.release()
+    assert read.reads == 1
+    await asyncio.sleep(0.06)
+    await g.acquire()  # due again, and waited for: the bound holds for this very request
+    assert read.reads == 2 and g.bound == 2
+    g.release()
+
+
+async def test_a_failure_seen_elsewhere_has_the_slots_read_again_here() -> None:
+    """Another worker found the replica failing (a restart): this worker, whose own requests did
+    not fail, reads its slots again on the next request instead of keeping its old bound 30 s."""
+    read = Slots(2, 3)
+    g = gate(read)
+    await g.acquire()
+    g.release()
+    assert g.bound == 2
+    g.failed_elsewhere()
+    await g.acquire()  # the re-read runs beside this request
+    await asyncio.sleep(0.01)
+    g.release()
+    assert read.reads == 2 and g.bound == 3
