@@ -23,6 +23,10 @@ The wire: one JSON array a line, in order on each connection (:mod:`app.core.jso
 * ``["r", id]`` release: the slot ``id`` holds is freed, or its place in the queue given up
   (a client that left, or a wait that ran out); unknown ids are ignored, so a release that
   crosses a grant on the wire frees the slot just granted.  Not answered.
+* ``["b", url, bound, read_at]`` bound: a worker has just read ``url``'s bound (at ``read_at``);
+  the newest reading is kept as with an ask, and a raised one grants the waiters now.  A read
+  finishes after the burst that started it has asked and queued with the older bound; without
+  this, the queued asks waited for the next ask to carry the new bound.  Not answered.
 * ``["h", id, url]`` hold: a slot the worker holds is registered again (a restarted service,
   or one taken while the service was away).  Not answered.
 * ``["p", id]`` ping, answered ``[id, 0, 0]``: a worker checks the service answers before it
@@ -89,14 +93,20 @@ class GateHub:
         self.grace_until = 0.0
         return True
 
-    def ask(self, peer: _Peer, ident: int, url: str, bound: int, max_queue: int,
-            read_at: float = 0.0) -> int:
+    def tell(self, url: str, bound: int, read_at: float) -> _Slots:
+        """``url``'s bound as read at ``read_at``: kept if it is the newest reading (not the
+        last teller's: another worker's older bound must not take the room back)."""
         slots = self._slots(url)
-        if read_at >= slots.read_at:  # the newest reading wins, not the last asker
+        if read_at >= slots.read_at:
             slots.read_at = read_at
             if bound != slots.bound:
                 slots.bound = bound
                 self._pump(slots)  # more room: the oldest waiters first
+        return slots
+
+    def ask(self, peer: _Peer, ident: int, url: str, bound: int, max_queue: int,
+            read_at: float = 0.0) -> int:
+        slots = self.tell(url, bound, read_at)
         deciding = self._deciding()
         if deciding and not slots.waiting and len(slots.held) < slots.bound:
             slots.held.add((peer, ident))
@@ -166,8 +176,14 @@ class _Peer(LinePeer):
         self.send(b"[%d,%d,%d]\n" % (ident, kind, busy))
 
     def handle(self, msg: list[object]) -> None:
-        op, ident = msg[0], _int(msg[1])
-        hub = self.hub
+        op, hub = msg[0], self.hub
+        if op == "b":
+            bound = _int(msg[2])
+            if bound < 1:
+                raise ValueError(bound)
+            hub.tell(_text(msg[1]), bound, _time(msg[3]))
+            return
+        ident = _int(msg[1])
         if op == "q":
             url, bound, max_queue = _text(msg[2]), _int(msg[3]), _int(msg[4])
             read_at = _time(msg[5]) if len(msg) > 5 else 0.0

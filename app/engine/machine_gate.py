@@ -13,6 +13,9 @@ worker.  :class:`GateClient` is the worker's one connection to the service, shar
   ``[limits] max_queue`` waiting for a replica (then 503 ``server_overloaded``), at most
   ``queue_timeout`` seconds (then 503); a client that leaves while waiting gives its place up
   (a grant crossing its release on the wire is freed by that release).
+* A slot count read (the first time, every ``recheck``, or after a failure) is told to the
+  service at once, not only with the next ask: a burst that arrived during the read has queued
+  there under the older bound, and a raised bound grants it now.
 * A worker killed: its connection closes and the service frees its slots and places at once.
 * **The service unavailable** (refused, closed, or no answer to an admission within
   ``ack_timeout``, 1 s): each worker keeps to its share of the bound, ``ceil(bound / workers)``
@@ -243,6 +246,14 @@ class GateClient:
             conn.send_message(["r", ident])
             raise
 
+    def tell(self, url: str, bound: int, read_at: float) -> None:
+        """``url``'s bound just read (at ``read_at``): the service keeps it if it is the newest
+        and grants its waiters now (they asked with the older one).  Lost with the service: the
+        next ask carries it."""
+        conn = self._conn
+        if conn is not None and not self._down:
+            conn.send_message(["b", url, bound, read_at])
+
     def hold(self, ident: int, url: str) -> None:
         """A slot taken without the service (this worker's share): told to it when it is there."""
         self.held[ident] = url
@@ -296,6 +307,12 @@ class MachineGate(ReplicaGate):
     def _resize(self, bound: int) -> None:
         self._bound = bound
         self.queue.resize(max(1, math.ceil(bound / self.client.workers)))  # the share, without the service
+
+    async def _read_slots(self) -> None:
+        before = self.read_at
+        await super()._read_slots()
+        if self.read_at != before and self._bound is not None:  # read now: the machine learns it
+            self.client.tell(self.url, self._bound, self.read_at)
 
     def _retry_after(self) -> float:
         bound = self._bound or 1

@@ -154,6 +154,19 @@ def test_the_most_recently_read_bound_wins_not_the_last_asker() -> None:
     assert hub.replicas[URL].bound == 2
 
 
+def test_a_bound_told_without_an_ask_grants_the_waiters_if_it_is_the_newest() -> None:
+    hub = GateHub()
+    a, b = Worker(hub), Worker(hub)
+    for ident in (1, 2, 3):
+        a.ask(ident, bound=2, read_at=100.0)
+    assert a.answers() == [(1, GRANTED, 0), (2, GRANTED, 1), (3, QUEUED, 1)]
+    b.send(["b", URL, 5, 90.0])  # an older reading: ignored
+    assert hub.replicas[URL].bound == 2 and a.answers() == []
+    b.send(["b", URL, 3, 160.0])  # B read 3 slots: A's waiter is granted now
+    assert hub.replicas[URL].bound == 3 and a.answers() == [(3, GRANTED, 1)]
+    assert b.answers() == []  # not answered
+
+
 async def test_a_restarted_service_grants_nothing_during_its_grace_while_slots_come_back() -> None:
     hub = GateHub(grace=0.2)
     a, b = Worker(hub), Worker(hub)
@@ -174,7 +187,9 @@ def test_ping_and_broken_lines() -> None:
     a.send(["p", 5])
     assert a.answers() == [(5, GRANTED, 0)]
     for bad in (b'["q", 1, "u", 0, 1]\n', b"not json\n", b'["z", 1]\n', b'["q", -1, "u", 1, 1]\n',
-                b'["q", 1, "u", 1, 1, "later"]\n', b'["q", 1, "u", 1, 1, true]\n', b"x" * 70_000):
+                b'["q", 1, "u", 1, 1, "later"]\n', b'["q", 1, "u", 1, 1, true]\n',
+                b'["b", "u", 0, 1.0]\n', b'["b", "u", 2]\n', b'["b", 1, 2, 1.0]\n', b'["b", "u", 2, NaN]\n',
+                b"x" * 70_000):
         peer = Worker(hub)
         peer.peer.data_received(bad)
         assert peer.wire.closed, bad

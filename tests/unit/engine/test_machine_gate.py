@@ -264,3 +264,33 @@ async def test_a_bound_read_again_after_a_failure_is_kept_over_the_other_workers
     await asyncio.gather(*held, return_exceptions=True)
     await a.aclose()
     await b.aclose()
+
+
+async def test_a_count_read_during_a_burst_grants_the_asks_queued_under_the_older_one(
+        service: Service) -> None:
+    """The backend came back with 3 slots; a burst reaches worker B while B reads the count
+    again (a failure heard from A): its asks go out with the older 2 and queue.  The count read
+    is told to the service at once, which grants the third now (it waited for a next ask)."""
+    slots, reading = {"n": 2}, asyncio.Event()
+    reading.set()
+
+    async def read(url: str) -> int | None:
+        await reading.wait()
+        return slots["n"]
+
+    b = GateClient(service.path, 2)
+    gb = gate(b, fixed=None, read=read)
+    await gb.acquire()
+    gb.release()
+    assert service.hub.replicas[URL].bound == 2
+    reading.clear()
+    slots["n"] = 3
+    gb.failed_elsewhere()
+    burst = [asyncio.create_task(gb.acquire()) for _ in range(4)]
+    assert await settle(burst) == 2  # asked under 2 while the read runs
+    reading.set()
+    assert await settle(burst) == 3 and service.hub.replicas[URL].bound == 3
+    for t in burst:
+        t.cancel()
+    await asyncio.gather(*burst, return_exceptions=True)
+    await b.aclose()
