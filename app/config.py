@@ -515,10 +515,11 @@ class GatewayConfig(_Strict):
 
     host: str = Field(default="127.0.0.1", description="The address to listen on.")
     port: int = Field(default=8000, description="The port to listen on.")
-    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(default=1, description=(
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(default="auto", description=(
         "Worker processes of `ocm-gateway serve` (what `--workers` sets; `OCMGW_WORKERS` too, "
-        "the flag first): a count (default 1), or \"auto\" for the CPUs the process may use "
-        "(1 with a :memory: store or --embedded)."))
+        "the flag first): a count, or \"auto\" (the default) for the CPUs the process may use, "
+        "at most 8 and what its memory holds at 320 MiB a worker (1 with a :memory: store or "
+        "--embedded)."))
     upstream: UpstreamSettings = UpstreamSettings()
     store: StoreSettings = StoreSettings()
     files: FilesSettings = FilesSettings()

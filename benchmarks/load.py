@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
              + ("per variant" if args.settings else "default" if args.default_limits
                 else "max_inflight = upstream pool = streams")
              + f"; gateway workers {'/'.join(workers)} ("
-             + ("per variant" if args.settings else "serve's default")
+             + ("per variant" if args.settings else "serve's default, --workers auto")
              + f"), log level {args.log_level}, SQLite file store"
              + f"; open files limit {nofile[0]}; {os.cpu_count()} CPUs; {_tree_state()}.")
     print(markdown(runs, setup))

@@ -52,8 +52,8 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--workers", type=parse_workers, default=None, metavar="N|auto",
                        help="worker processes (default: $OCMGW_WORKERS, else the config's workers, "
-                            "else 1; auto: the CPUs this process may use, 1 with --embedded or a "
-                            ":memory: store)")
+                            "else auto: the CPUs this process may use, at most 8 and what its "
+                            "memory holds; 1 with --embedded or a :memory: store)")
     serve.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                        help="event loop (default auto: uvloop when installed, else asyncio)")
     serve.add_argument("--embedded", metavar="MODEL.gguf|NAME",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.cli.workers import available_cpus
 from tests.support.paths import ROOT
 
 
@@ -32,11 +33,11 @@ def test_fifty_streams_finish_and_every_number_is_reported(tmp_path: Path) -> No
         assert all(phase["ttfb_event_ms"][k] is not None for k in ("p50", "p99", "max"))
         assert phase["ttfb_event_ms"]["p50"] <= phase["ttfb_event_ms"]["max"]
     gateway = run["gateway"]
-    # as shipped: serve's own default worker count (1; `workers=auto` among a variant's pairs)
-    assert gateway["workers"] == 1
+    # as shipped: serve's own --workers auto (a worker per CPU here, with the file store it gets)
+    assert gateway["workers"] == available_cpus()[0]
     assert len(gateway["worker_cpu_s"]) == len(gateway["worker_peak_fds"]) == gateway["workers"]
     assert sum(gateway["worker_cpu_s"]) > 0 and min(gateway["worker_peak_fds"]) > 0
-    assert f"gateway workers {gateway['workers']} (serve's default)" in proc.stdout
+    assert f"gateway workers {gateway['workers']} (serve's default, --workers auto)" in proc.stdout
     assert set(gateway["tcp"]) == {"ListenOverflows", "ListenDrops", "TCPSynRetrans"}
     assert gateway["rss_peak_mb"] > 0 and gateway["rss_hwm_mb"] >= gateway["rss_idle_mb"] > 0
     assert gateway["cpu_s"]["gateway"] > 0

@@ -77,6 +77,35 @@ def test_auto_is_one_when_workers_could_not_share_their_state() -> None:
                           cpus=cpus) == (3, "--workers")
 
 
+def test_auto_is_capped_by_a_count_and_by_the_memory(tmp_path: Path) -> None:
+    """A 64-core host does not start 64 workers of ~176 MB idle each; a container limited to
+    512 MB with 4 CPUs gets 1, not 4 and an OOM kill."""
+    plenty = (64 << 30, "host memory")
+    assert workers.auto_count((2, "2 CPUs"), plenty) == (2, "2 CPUs")
+    assert workers.auto_count((64, "64 CPUs"), plenty) == (8, "64 CPUs, at most 8 with auto")
+    assert workers.auto_count((4, "4 CPUs"), (512 << 20, "cgroup memory limit")) == (
+        1, "4 CPUs, cgroup memory limit 512 MiB allows 1 at 320 MiB each")
+    assert workers.auto_count((4, "4 CPUs"), (1 << 30, "cgroup memory limit"))[0] == 2
+    assert workers.auto_count((4, "4 CPUs"), (64 << 20, "cgroup memory limit"))[0] == 1  # never 0
+    assert workers.auto_count((4, "4 CPUs"), None) == (4, "4 CPUs")
+    assert workers.choose("auto", store_path="/d/r.sqlite3", store_url=None, embedded=False,
+                          cpus=(16, "16 CPUs"), memory=(2 << 30, "host memory"))[0] == 6
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684092 kB\nMemFree:  1 kB\n")
+    assert workers.memory_limit(tmp_path, meminfo) == (24684092 * 1024, "host memory")
+    (tmp_path / "memory.max").write_text("max\n")  # v2 without a limit: the host's
+    assert workers.memory_limit(tmp_path, meminfo)[1] == "host memory"  # type: ignore[index]
+    (tmp_path / "memory.max").write_text("536870912\n")
+    assert workers.memory_limit(tmp_path, meminfo) == (512 << 20, "cgroup memory limit")
+    (tmp_path / "memory.max").unlink()
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1: none
+    assert workers.memory_limit(tmp_path, meminfo)[1] == "host memory"  # type: ignore[index]
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("1073741824\n")
+    assert workers.memory_limit(tmp_path, meminfo) == (1 << 30, "cgroup memory limit")
+    assert workers.memory_limit(tmp_path / "none", tmp_path / "none") is None
+
+
 def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: str) -> dict[str, Any]:
     for name in [n for n in os.environ if n.startswith("OCMGW")]:
         monkeypatch.delenv(name)
@@ -85,6 +114,7 @@ def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store: str, *argv: s
     monkeypatch.setenv("OCMGW__store__path", store)
     monkeypatch.setenv(sealing.SERVE_KEY_ENV, "")  # whatever serve sets is undone after the test
     monkeypatch.setattr(workers, "available_cpus", lambda: (3, "3 CPUs in this process's affinity mask"))
+    monkeypatch.setattr(workers, "memory_limit", lambda: (16 << 30, "host memory"))
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw, run="uvicorn"))
     monkeypatch.setattr(supervisor, "run", lambda *a, **kw: seen.update(kw, run="supervisor"))
@@ -127,7 +157,8 @@ def test_the_count_comes_from_the_flag_then_the_environment_then_the_config(
     store = str(tmp_path / "r.sqlite3")
     config = tmp_path / "gw.toml"
     config.write_text("workers = 2\n")
-    assert _serve(monkeypatch, tmp_path, store)["workers"] == 1  # the built-in default
+    assert _serve(monkeypatch, tmp_path, store)["workers"] == 3  # the built-in default: auto
+    assert "the default auto: 3 workers (3 CPUs" in capsys.readouterr().err
     config.write_text("workers = 1\n")  # asked for explicitly: one, as before the default changed
     assert _serve(monkeypatch, tmp_path, store, "--config", str(config))["workers"] == 1
     config.write_text("workers = 2\n")
