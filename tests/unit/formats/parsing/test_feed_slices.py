@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.core import events as ev
@@ -107,6 +107,9 @@ def _text_parser(kind: str) -> TextEventParser:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["openchatml", "Qwen-QwQ-32B.jinja", "Qwen3-Coder.jinja"]), st.lists(TEXT, min_size=1,
        max_size=3), st.integers(1, 7), ENDS, st.booleans())
+# found in CI: the recut pieces counted 8 reasoning tokens of 9, the chunk all 9 (as ``feed``)
+@example(kind="Qwen-QwQ-32B.jinja", texts=["<think>\n<|start|>"], size=1, finish=Finish("eos"),
+         logprobs=False)
 def test_text_slices_give_the_answer_of_feed(kind: str, texts: list[str], size: int, finish: Finish | None,
                                              logprobs: bool) -> None:
     chunks = []
@@ -124,16 +127,25 @@ def test_text_slices_give_the_answer_of_feed(kind: str, texts: list[str], size: 
         # '<|start|>'), so it is given the same cuts as chunks of their own
         expected = [e for c in chunks for piece in _recut(c, size) for e in whole.feed(piece)] + whole.close()
     got = [e for c in chunks for events in sliced.feed_slices(c, size) for e in events] + sliced.close()
-    assert [k[:2] if isinstance(k, tuple) else k for k in _normal(got)] == \
-        [k[:2] if isinstance(k, tuple) else k for k in _normal(expected)]
+    assert [_no_usage(k[:2] if isinstance(k, tuple) else k) for k in _normal(got)] == \
+        [_no_usage(k[:2] if isinstance(k, tuple) else k) for k in _normal(expected)]
+    # the token counts are the chunk's, as ``feed`` of the same chunks counts them (the recut
+    # pieces above carry no token ids: each counts as one token, reasoning or not on its own)
+    unsliced = _text_parser(kind)
+    for c in chunks:
+        unsliced.feed(c)
+    unsliced.close()
+    assert sliced.usage() == unsliced.usage()
     # which held token goes with which text is a heuristic that depends on the chunking (as
     # upstream chunking does); none is ever invented, repeated or out of order
     given_lps = [lp for c in chunks for lp in c.logprobs or ()]
     answer = [lp for e in got if isinstance(e, ev.TextDelta) for lp in e.logprobs or ()]
     it = iter(given_lps)
     assert all(any(lp is g for g in it) for lp in answer)
-    if kind == "openchatml":
-        assert sliced.usage() == whole.usage()
+
+
+def _no_usage(event: Any) -> Any:
+    return replace(event, usage=None) if isinstance(event, ev.Finished) else event
 
 
 def _recut(chunk: Chunk, size: int) -> list[Chunk]:
