@@ -21,6 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -100,6 +101,16 @@ def _tab(driver: WebDriver, name: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'#tabs button[data-tab="{name}"]').click()
 
 
+def _click(driver: WebDriver, css: str) -> None:
+    """Click ``css`` in a list the page redraws every 2 s: an element found just before a
+    redraw is stale by the click, so it is found again (as a user clicks what is on screen)."""
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,)).until(clicked)
+
+
 def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path) -> None:
     endless = LoopbackUpstream(interval=0.05)
     wait = WebDriverWait(browser, 20)
@@ -164,7 +175,7 @@ def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path
         assert "team-search" in browser.find_element(By.ID, "runs").text
         time.sleep(0.5)
         browser.save_screenshot(str(SHOTS / "console-laptop.png"))
-        browser.find_element(By.CSS_SELECTOR, "#runs button[data-cancel]").click()
+        _click(browser, "#runs button[data-cancel]")
         assert ended.wait(10), "the client's stream did not end after the cancel"
         assert events and events[-1] in ("response.cancelled", "response.incomplete", "response.failed",
                                          "response.completed"), events[-3:]
@@ -184,7 +195,7 @@ def test_console_end_to_end(browser: WebDriver, llama_final: str, tmp_path: Path
         browser.set_window_size(1280, 860)
 
         # revoke it on the page: the next request is refused
-        browser.find_element(By.CSS_SELECTOR, "#key-list button[data-revoke]").click()
+        _click(browser, "#key-list button[data-revoke]")
         wait.until(ec.text_to_be_present_in_element((By.ID, "key-list"), "revoked"))
         with pytest.raises(openai.AuthenticationError):
             client.chat.completions.create(model="scripted-final",
