@@ -90,6 +90,11 @@ class ReplayReader:
         self._stop = stop
         self._done = False
 
+    @property
+    def ended(self) -> bool:
+        """The run's end was taken: nothing follows the batch just returned."""
+        return self._done
+
     def frames(self) -> ReplayReader:
         return self
 

@@ -129,17 +129,22 @@ class SSEStream(Response):
         watch_shutdown(shutdown)
         frame = self._frame
         try:
-            async for batch in self._batches:
+            batches = self._batches
+            body = b""
+            async for batch in batches:
                 body = frame(batch[0]) if len(batch) == 1 else b"".join(map(frame, batch))
                 if self._pinging is not None:
                     await self._pinging  # a ping in the middle of its write
+                if getattr(batches, "ended", False):  # the last batch: written with the end
+                    break
                 self._writing = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 self._writing = False
+                body = b""
             if self._pinging is not None:
                 await self._pinging
             self._ended = True
-            await send({"type": "http.response.body", "body": self._done, "more_body": False})
+            await send({"type": "http.response.body", "body": body + self._done, "more_body": False})
             complete = True
         except asyncio.CancelledError:
             if not (gone or self._cut):

@@ -142,6 +142,16 @@ async def test_the_same_status_headers_and_body_as_sse_starlette(paced: bool) ->
     assert new.messages[-1]["more_body"] is False
 
 
+async def test_an_answer_that_arrives_at_once_is_one_write_with_its_end() -> None:
+    """80 events in one upstream read: one body message with the end (``more_body`` false), not
+    a write every 32 events and another for the end."""
+    client = Client()
+    await serve(sse_response(chat_run(Source(words(80))), data_event, 30.0), client)
+    bodies = client.messages[1:]
+    assert len(bodies) == 1 and bodies[0]["more_body"] is False, [len(m["body"]) for m in bodies]
+    assert len(client.payloads()) == 1 + 80 + 3 and client.body.endswith(b"\n\n" + DONE)
+
+
 async def test_the_same_bytes_for_a_stream_without_a_sentinel_and_a_custom_ping() -> None:
     """Anthropic's framing: named events, no [DONE]."""
     payloads: list[Json] = [{"type": "message_start", "message": {"id": "msg_1"}},
