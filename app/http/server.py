@@ -14,6 +14,9 @@ descriptors. Both :class:`GuardedH11Protocol` and :class:`GuardedHttpToolsProtoc
   counts it itself; httptools has no limit, so its bytes are counted here), a malformed one a
   400, both with an OpenAI error body;
 - ``TCP_NODELAY`` on every accepted connection;
+- (httptools) a response's head is written with the first part of its body when that comes in
+  the same turn of the event loop (:class:`_HeadWithBody`): one ``send`` syscall instead of two
+  for a JSON answer, and for a stream whose first events are ready;
 - a WebSocket upgrade hands the connection over with its head deadline disarmed (it would
   otherwise close the socket).
 
@@ -172,6 +175,46 @@ class GuardedH11Protocol(_Guards, H11Protocol):
         super().send_400_response(msg)
 
 
+class _HeadWithBody:
+    """A request cycle's view of its connection (what uvicorn's cycle uses of a transport:
+    ``write``, ``close``, ``is_closing``): its first write, the response head, is held until the
+    next write joins it or, at the latest, the end of this turn of the event loop.  Each write
+    is a syscall and, on loopback, a wake-up of the reader (~65 µs of CPU a write at c=32 on this
+    2-core VM, 15 % of a streamed request's CPU before): most responses write their head and
+    first body in one turn.  Nothing is held past the turn, so a stream whose first event is not
+    ready yet still sends its head at once."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = b""  # b"": nothing written yet; None: no more holding
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            self._transport.write(data)
+        elif not held:
+            self._held = data
+            self._loop.call_soon(self._flush)
+        else:
+            self._held = None
+            self._transport.write(held + data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class GuardedHttpToolsProtocol(_Guards, HttpToolsProtocol):
     """uvicorn's httptools protocol (llhttp, in C) with the guards. llhttp has no limit on a
     head's size (it buffers a header value of any length), so the bytes that arrive while a head
@@ -196,7 +239,10 @@ class GuardedHttpToolsProtocol(_Guards, HttpToolsProtocol):
         if size > MAX_HEAD:  # its last read completed it: refused before a cycle starts
             self._head_too_large = True
             raise ValueError("request head too large")  # httptools: HttpParserCallbackError → 400
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a new request's cycle (not an upgrade): its task runs later
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what follows is the next request's head

@@ -121,6 +121,11 @@ class SSEStream(Response):
             if not self._ended:
                 sender.cancel()
 
+        # The run's producer was started just before this response and has not taken its first
+        # step: one turn lets it queue what the upstream has already sent, so the head (held
+        # for the turn by the server, app/http/server.py) goes out with the first events, often
+        # a whole short answer and its end: one write instead of two or three.
+        await asyncio.sleep(0)
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         watcher = loop.create_task(watch())
         if self._ping_seconds > 0:

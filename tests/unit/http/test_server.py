@@ -241,3 +241,69 @@ async def test_serve_runs_uvicorn_with_the_configured_protocol(protocol: Protoco
         assert main(["serve", "--workers", workers]) == 0
         assert seen["http"] is PROTOCOLS[protocol] and seen["workers"] == int(workers)
         assert seen["h11_max_incomplete_event_size"] == MAX_HEAD
+
+
+async def test_a_response_head_goes_out_with_its_body_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httptools: one ``send`` for a JSON answer's head and body, and for a stream's head and its
+    first events when they are ready (each write is a syscall and a wake-up of the client)."""
+    writes: list[bytes] = []
+    real = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
+
+    def write(self: asyncio.Transport, data: bytes) -> None:
+        writes.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport,  # type: ignore[attr-defined]
+                        "write", write)
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    async with served(FakeLlamaCpp(TEXT).transport(), protocol="httptools") as host, \
+            httpx.AsyncClient(base_url=f"http://{host}") as c:
+        for stream in (False, True):
+            writes.clear()
+            r = await c.post("/v1/chat/completions", json=chat | {"stream": stream})
+            assert r.status_code == 200 and "Hello" in r.text
+            (head,) = [w for w in writes if w.startswith(b"HTTP/1.1 ")]
+            assert (b"data: " if stream else b'"choices"') in head, head[:400]
+        writes.clear()
+        assert (await c.get("/health")).status_code == 200
+        (head,) = [w for w in writes if w.startswith(b"HTTP/1.1 ")]
+        assert head.endswith(b"}"), head
+
+
+async def test_a_held_head_goes_out_at_the_end_of_the_turn_or_with_a_close() -> None:
+    class Wire:
+        def __init__(self) -> None:
+            self.out: list[bytes] = []
+            self.closed = False
+
+        def write(self, data: bytes) -> None:
+            self.out.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+    loop = asyncio.get_running_loop()
+    wire = Wire()
+    hold = http_server._HeadWithBody(wire, loop)  # type: ignore[arg-type]
+    hold.write(b"head")
+    assert wire.out == []
+    await asyncio.sleep(0)  # a stream whose first event is not ready: the head alone, this turn
+    assert wire.out == [b"head"]
+    hold.write(b"later")
+    assert wire.out == [b"head", b"later"]
+    wire = Wire()
+    hold = http_server._HeadWithBody(wire, loop)  # type: ignore[arg-type]
+    hold.write(b"head")
+    hold.write(b"body")
+    hold.write(b"more")
+    assert wire.out == [b"headbody", b"more"]
+    wire = Wire()
+    hold = http_server._HeadWithBody(wire, loop)  # type: ignore[arg-type]
+    hold.write(b"head")
+    hold.close()  # flushed before the close
+    assert wire.out == [b"head"] and wire.closed and hold.is_closing()
+    await asyncio.sleep(0)
+    assert wire.out == [b"head"]  # the turn's flush has nothing left
