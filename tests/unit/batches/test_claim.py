@@ -88,7 +88,11 @@ async def test_two_workers_picking_up_one_batch_validate_it_once_and_run_each_li
     (a_pair, b_pair), n = two, 1000
     store, _, batch = await setup(a_pair, n)
     da, db = Counting(), Counting()
-    a, b = runner(a_pair, da), runner(b_pair, db)
+    # No worker dies here, so no line may be retaken: a lease long enough for a loaded machine
+    # (with FAST's 1 s a renewal held up 0.7 s behind the other worker's writes let a running
+    # line's lease run out, and it ran twice, in one CI run; retaking is the next test's subject)
+    steady = replace(FAST, lease_seconds=30.0)
+    a, b = runner(a_pair, da, steady), runner(b_pair, db, steady)
     async with running(a), running(b):
         await check_once(store, batch, n, da, db)
     assert da.ran and db.ran  # both ran lines: the line claim shares the work
