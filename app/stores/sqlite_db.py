@@ -45,6 +45,7 @@ from app.core.errors import Overloaded
 
 T = TypeVar("T")
 BUSY_MS = 5000
+OPEN_MS = 30_000  # how long opening a store waits for other openers of its file
 _LOCKS: weakref.WeakKeyDictionary[aiosqlite.Connection, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
@@ -58,9 +59,24 @@ class StoreBusy(Overloaded):
 
 
 async def configure(db: aiosqlite.Connection) -> None:
-    """WAL, a bounded wait on a busy file, and no transaction opened behind our back."""
+    """WAL, a bounded wait on a busy file, and no transaction opened behind our back.
+
+    Worker processes open one new file at once, and switching it to WAL needs the file to
+    itself: SQLite answers ``database is locked`` at once there (its busy handler is not
+    called where waiting could deadlock), so the switch is tried again with a short backoff,
+    up to :data:`OPEN_MS` (one worker's failed start stopped ``serve --workers 2``)."""
     await db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-    await db.execute("PRAGMA journal_mode=WAL")
+    deadline = time.monotonic() + OPEN_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 2, 0.2)
     await db.execute("PRAGMA synchronous=NORMAL")
 
 
@@ -189,7 +205,15 @@ async def transaction(db: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Conne
     """One write: ``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any error or
     cancellation (which are finished before the lock is released, cancelled or not)."""
     async with _lock(db):
-        await _begin(db)
+        try:
+            await _begin(db)
+        except BaseException:
+            # cancelled while its BEGIN ran (it is awaited to its end, then the cancel goes on):
+            # left open, the file's write lock would be held until this connection's next write,
+            # and every other connection and worker process would get ``store_busy`` meanwhile
+            if db.in_transaction:
+                await _complete(db.rollback())
+            raise
         try:
             yield db
         except BaseException as exc:

@@ -102,6 +102,45 @@ async def test_a_cancelled_write_never_leaves_the_connection_inside_a_transactio
     await store.close()
 
 
+async def test_a_transaction_cancelled_while_its_begin_runs_leaves_the_file_unlocked(
+        tmp_path: Path) -> None:
+    """Cancelled while ``BEGIN IMMEDIATE`` ran on the connection's thread (it is awaited to its
+    end, then the cancel goes on): the transaction stayed open and held the file's write lock,
+    so another connection (another worker process) got ``store_busy`` on every write until
+    this connection wrote again (a batch worker killed mid-validation left its successor
+    locked out, and the batch never left ``validating``)."""
+    import contextlib
+
+    import aiosqlite
+
+    from app.stores.sqlite_db import configure
+
+    path = tmp_path / "s.sqlite3"
+    a, b = await aiosqlite.connect(path), await aiosqlite.connect(path)
+    for db in (a, b):
+        await configure(db)
+    await a.execute("CREATE TABLE t (x INTEGER)")
+    await a.commit()
+
+    async def insert() -> None:
+        async with transaction(a) as db:
+            await db.execute("INSERT INTO t VALUES (1)")
+
+    for steps in range(8):  # cancel at every point of the transaction, the BEGIN first
+        task = asyncio.ensure_future(insert())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert not a.in_transaction, steps
+        await b.execute("PRAGMA busy_timeout=0")  # the other connection writes at once
+        async with transaction(b) as db:
+            await db.execute("INSERT INTO t VALUES (2)")
+    for db in (a, b):
+        await db.close()
+
+
 async def _reading_an_old_snapshot(path: Path) -> tuple[object, object]:
     """Connection ``a`` mid-way through a read (a cursor with rows left: its snapshot stays open)
     while connection ``b`` commits a write: ``a`` then cannot write until the read ends, and

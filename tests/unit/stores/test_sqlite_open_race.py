@@ -37,3 +37,24 @@ async def test_two_connections_opening_an_older_store_at_once_both_start(tmp_pat
             rows = conn.execute("SELECT id, owner, cancel_requested FROM responses").fetchall()
         assert columns.count("owner") == 1 and "updated_at" in columns and "cancel_requested" in columns
         assert rows == [("resp_old", "", 0)]  # the old row kept, belonging to no key
+
+
+async def test_a_store_opened_while_another_connection_writes_to_the_new_file_waits_for_it(
+        tmp_path: Path) -> None:
+    """Switching a new file to WAL needs it to itself, and SQLite answers ``database is
+    locked`` at once while another connection holds its write lock (no busy wait there): one
+    of two workers starting on a new store failed its start, and ``serve`` stopped."""
+    import threading
+
+    path = tmp_path / "new.sqlite3"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE early (x INTEGER)")  # still in the default rollback journal
+    other.execute("BEGIN IMMEDIATE")  # another worker's first write, under way
+    threading.Timer(0.3, other.execute, ["COMMIT"]).start()
+    store = await SqliteResponseStore.open(path)
+    try:
+        async with store.connection.execute("PRAGMA journal_mode") as cur:
+            assert (await cur.fetchone()) == ("wal",)
+    finally:
+        await store.close()
+        other.close()
