@@ -4,9 +4,12 @@ response at both (a process that dies mid-run leaves a response that reads ``fai
 usage), whatever ended it and however often the end is retried.
 
 The start of a non-stream foreground run (``wait``) is written alongside its generation, not
-before it: its client learns its id only from the answer, so no one can read or cancel it
-while it runs (a listing may miss it for the write's millisecond), and its end is written
-after its start, before the answer (the answer still comes only once the end is committed).
+before it, and only once the run has lasted :data:`START_AFTER`: its client learns its id only
+from the answer, so no one can read or cancel it while it runs, and a crash before its end
+leaves nothing its client could ask for.  A run that ends sooner (a short answer) is written
+once, at its end, instead of twice; a longer one gets its start written (listed while it runs,
+read as ``failed`` after a crash).  Its end is written after its start, before the answer (the
+answer still comes only once the end is committed).
 A streamed or background run's start is written before its first event, as before: its
 client has its id at once and may read or cancel it from any replica."""
 
@@ -23,6 +26,7 @@ from app.stores.base import ResponseStore
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
+START_AFTER = 0.1  # seconds a wait run lasts before its start is written (see above)
 
 
 class StoreHooks:
@@ -33,19 +37,27 @@ class StoreHooks:
         self._store = store
         self._context = context
         self._tenant = tenant
-        self._starting: asyncio.Task[None] | None = None  # a wait run's start being written
+        self._starting: asyncio.Task[None] | None = None  # a wait run's start, due or being written
+        self._writing = False  # that start's write has begun: it is awaited, never cancelled
 
     async def started(self, run: Run) -> None:
-        put = self._store.put(snapshot(run), self._context, self._tenant)
+        resource = snapshot(run)
         if run.mode == "wait":  # written while the generation runs (see the module's docstring)
-            self._starting = asyncio.get_running_loop().create_task(put)
+            self._starting = asyncio.get_running_loop().create_task(self._start_later(resource))
             return
-        await put
+        await self._store.put(resource, self._context, self._tenant)
+
+    async def _start_later(self, resource: Json) -> None:
+        await asyncio.sleep(START_AFTER)
+        self._writing = True
+        await self._store.put(resource, self._context, self._tenant)
 
     async def ended(self, run: Run) -> None:
         starting = self._starting
         if starting is not None:  # the end's write comes after the start's, never before
-            if not starting.done():  # (never cancelled from here: it is one transaction)
+            if not self._writing:  # ended before its start was due: the end's write alone
+                starting.cancel()
+            if not starting.done():  # (a write begun is one transaction: awaited, not cancelled)
                 await asyncio.wait([starting])
             self._starting = None
             if not starting.cancelled() and starting.exception() is not None:

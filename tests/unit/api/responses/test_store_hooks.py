@@ -1,6 +1,7 @@
 """A stored response's two writes (app/api/responses/hooks.py ``StoreHooks``): a non-stream
 foreground run's start is written alongside its generation (``started`` does not wait for
-it), its end only after its start; a streamed or background run's start is written before
+it) once the run has lasted ``START_AFTER`` (one that ends sooner is written once, at its
+end), its end only after its start; a streamed or background run's start is written before
 ``started`` returns; end to end, a running non-stream response is in the store before its end
 (a crash then leaves it to read ``failed``), and its answer comes once its end is stored."""
 
@@ -56,12 +57,45 @@ def folded(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda run: {"id": run.id, "status": run.state["status"]})
 
 
-async def test_a_wait_runs_start_is_written_alongside_and_its_end_after_it(folded: None) -> None:
+@pytest.fixture
+def due_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait run's start is due as soon as the run has started."""
+    monkeypatch.setattr(hooks_module, "START_AFTER", 0.0)
+
+
+async def test_a_wait_run_that_ends_before_its_start_is_due_is_written_once(folded: None) -> None:
+    store = GatedStore()
+    store.gate.set()
+    hooks = StoreHooks(store, [], "alice")  # type: ignore[arg-type]
+    run = _run("wait", {"status": "in_progress"})
+    await hooks.started(run)
+    await asyncio.sleep(hooks_module.START_AFTER / 4)
+    run.state["status"] = "completed"
+    await asyncio.wait_for(hooks.ended(run), 1)
+    await asyncio.sleep(hooks_module.START_AFTER * 1.5)  # the start, cancelled, never comes
+    assert store.puts == ["completed"]
+
+
+async def test_a_wait_run_that_lasts_gets_its_start_written_while_it_runs(folded: None) -> None:
+    store = GatedStore()
+    store.gate.set()
+    hooks = StoreHooks(store, [], "alice")  # type: ignore[arg-type]
+    run = _run("wait", {"status": "in_progress"})
+    await hooks.started(run)
+    await asyncio.sleep(hooks_module.START_AFTER * 1.5)
+    assert store.puts == ["in_progress"]  # written before the run ended
+    run.state["status"] = "completed"
+    await hooks.ended(run)
+    assert store.puts == ["in_progress", "completed"]
+
+
+async def test_a_wait_runs_start_is_written_alongside_and_its_end_after_it(
+        folded: None, due_at_once: None) -> None:
     store = GatedStore()
     hooks = StoreHooks(store, [], "alice")  # type: ignore[arg-type]
     run = _run("wait", {"status": "in_progress"})
     await asyncio.wait_for(hooks.started(run), 1)  # returns with the write still waiting
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
     assert store.entered == ["in_progress"] and store.puts == []
     run.state["status"] = "completed"  # the snapshot was taken at the start
     ending = asyncio.ensure_future(hooks.ended(run))
@@ -86,13 +120,14 @@ async def test_a_streamed_or_background_runs_start_is_written_before_started_ret
 
 
 async def test_a_wait_runs_failed_start_is_logged_and_its_end_still_written(
-        caplog: pytest.LogCaptureFixture, folded: None) -> None:
+        caplog: pytest.LogCaptureFixture, folded: None, due_at_once: None) -> None:
     store = GatedStore()
     store.fail_first = True
     store.gate.set()
     hooks = StoreHooks(store, [], "alice")  # type: ignore[arg-type]
     run = _run("wait", {"status": "in_progress"})
     await hooks.started(run)
+    await asyncio.sleep(0.01)
     run.state["status"] = "completed"
     with caplog.at_level(logging.WARNING, logger=hooks_module.__name__):
         await hooks.ended(run)
@@ -142,11 +177,13 @@ async def test_a_non_stream_answer_is_stored_when_it_is_heard(tmp_path: Path) ->
                 await replica.close()
 
 
-async def test_an_end_cancelled_while_the_start_is_written_leaves_the_start_whole(folded: None) -> None:
+async def test_an_end_cancelled_while_the_start_is_written_leaves_the_start_whole(
+        folded: None, due_at_once: None) -> None:
     store = GatedStore()
     hooks = StoreHooks(store, [], "alice")  # type: ignore[arg-type]
     run = _run("wait", {"status": "in_progress"})
     await hooks.started(run)
+    await asyncio.sleep(0.01)
     ending = asyncio.ensure_future(hooks.ended(run))
     await asyncio.sleep(0.02)
     ending.cancel()
