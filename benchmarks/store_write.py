@@ -4,7 +4,7 @@
 Interleaved rounds of four ways to write the same row (the resource and input of a short
 ``/v1/responses`` answer): ``hops`` the per-statement aiosqlite calls inside
 ``sqlite_db.transaction`` (BEGIN, three statements, COMMIT: five hops to the connection's
-thread and back), ``write`` the store's ``put`` (``sqlite_db.write``: the whole transaction in one
+thread and back), ``write`` the store's ``put`` (``sqlite_write.write``: the whole transaction in one
 hop), ``bare`` the same statements on a plain ``sqlite3`` connection on the event loop's
 thread (the floor: SQLite's own work, no hop), and ``hop`` one empty hop (aiosqlite's round
 trip alone).  With ``--postgres URL`` (a scratch database: it creates the tables) the same row on

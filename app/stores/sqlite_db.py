@@ -17,25 +17,18 @@ write to one file.  So:
   with a short backoff until the same deadline.  Past it the write fails as a 503
   ``store_busy`` with ``Retry-After`` (retryable, nothing half-written), never a 500.
 
-:func:`write` is the same transaction in one hop to the connection's thread (``BEGIN``, the
-statements, ``COMMIT`` or ``ROLLBACK`` all there): aiosqlite hops to its thread and back for
-every statement, and a stored response's write was five such hops on the request's path.
-It puts its job on aiosqlite's own queue (what ``Connection._execute`` does for every
-aiosqlite call, without the task and the shield around it: the job is queued at once and its
-answer wakes the writer directly), so it stays ordered with the connection's other calls; the
-durability is the connection's (WAL, ``synchronous=NORMAL``: a commit survives a crash of the
-process, not of the machine).
+:func:`~app.stores.sqlite_write.write` is the same transaction in one hop to the connection's
+thread, with the writes queued behind it committed together (group commit).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 import sqlite3
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -126,78 +119,6 @@ def _lock(db: aiosqlite.Connection) -> asyncio.Lock:
     if lock is None:
         lock = _LOCKS[db] = asyncio.Lock()
     return lock
-
-
-class _BeginBusy(Exception):
-    """``BEGIN IMMEDIATE`` found the file busy (nothing was run): try again."""
-
-    def __init__(self, error: sqlite3.OperationalError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _whole(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    """In the connection's thread: ``work`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled
-    back on any error."""
-    if conn.in_transaction:  # left open by a statement outside these transactions
-        conn.rollback()
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise _BeginBusy(exc) from None
-        raise
-    try:
-        out = work(conn)
-        conn.commit()
-    except BaseException:
-        if conn.in_transaction:
-            conn.rollback()
-        raise
-    return out
-
-
-def _submit(db: aiosqlite.Connection, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
-    """``fn(*args)`` queued on the connection's thread now (``Connection._execute`` without its
-    coroutine); the future gets its result or its error."""
-    if not db._running or not db._connection:
-        raise ValueError("Connection closed")
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    db._tx.put_nowait((future, functools.partial(fn, *args)))
-    return future
-
-
-def _nothing() -> None:
-    return None
-
-
-async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    """``work(connection)`` as one write transaction, run whole in the connection's thread
-    (one hop there and back); committed when this returns.  ``work`` must only use the
-    ``sqlite3`` connection it is given, and must not block on anything but SQLite.  A busy
-    file is waited for as :func:`transaction` does; a cancelled caller leaves only once the
-    transaction has finished (committed or rolled back)."""
-    deadline = time.monotonic() + BUSY_MS / 1000
-    pause = 0.002
-    async with _lock(db):
-        while True:
-            job: asyncio.Future[T] = _submit(db, _whole, db._conn, work)
-            try:
-                return await job
-            except asyncio.CancelledError:
-                if job.cancelled():  # it still runs there: leave once it has (the queue is FIFO)
-                    await _complete(_submit(db, _nothing))
-                raise
-            except _BeginBusy as busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreBusy(f"The store is busy ({busy.error}); try again.") from None
-                await asyncio.sleep(min(left, pause * (0.5 + random.random())))
-                pause = min(pause * 2, 0.1)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc):
-                    raise StoreBusy(f"The store is busy ({exc}); try again.") from None
-                raise
 
 
 @asynccontextmanager

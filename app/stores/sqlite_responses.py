@@ -26,7 +26,8 @@ import orjson
 
 from app.stores import blobs
 from app.stores.base import StoredResponse
-from app.stores.sqlite_db import configure, transaction, write
+from app.stores.sqlite_db import configure, transaction
+from app.stores.sqlite_write import write
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -121,7 +122,7 @@ class SqliteResponseStore:
 
     async def put(self, resource: dict[str, Any], input_items: list[dict[str, Any]], owner: str) -> None:
         # An upsert, not INSERT OR REPLACE: the row keeps its rowid, which is creation order.
-        # One hop to the connection's thread for the whole transaction (sqlite_db.write).
+        # One hop to the connection's thread for the whole transaction (sqlite_write.write).
         stored, now, rid = blobs.split(input_items), time.time(), resource["id"]
         row = (rid, resource["created_at"], resource["status"], orjson.dumps(resource), stored.items,
                owner, now)

@@ -1,4 +1,4 @@
-"""One write transaction in one hop to the connection's thread (app/stores/sqlite_db.py
+"""One write transaction in one hop to the connection's thread (app/stores/sqlite_write.py
 ``write``): whole or not at all, a busy file waited for up to its deadline (then 503
 ``store_busy``), a cancelled caller never leaves a transaction open; a stored response's
 write is that one hop (it was five: BEGIN, three statements, COMMIT)."""
@@ -16,8 +16,9 @@ import aiosqlite
 import pytest
 
 from app.stores import sqlite_db
-from app.stores.sqlite_db import StoreBusy, configure, write
+from app.stores.sqlite_db import StoreBusy, configure
 from app.stores.sqlite_responses import SqliteResponseStore
+from app.stores.sqlite_write import write
 
 pytestmark = pytest.mark.asyncio
 
@@ -172,4 +173,125 @@ async def test_writes_stay_in_the_order_they_were_made(tmp_path: Path) -> None:
             rows = await cur.fetchall()
         assert [int(v) for (v,) in rows] == list(range(20))
     finally:
+        await db.close()
+
+
+def _slow_insert(k: int, seconds: float) -> Callable[[sqlite3.Connection], int]:
+    def work(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO t VALUES (?, ?)", (k, f"v{k}"))
+        time.sleep(seconds)  # in the connection's thread: the others queue meanwhile
+        return k
+
+    return work
+
+
+class _Hops:
+    """Counts the jobs put on a connection's thread."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db, self.queue, self.n = db, db._tx, 0
+        db._tx = self  # type: ignore[assignment]
+
+    def put_nowait(self, job: Any) -> None:
+        self.n += 1
+        self.queue.put_nowait(job)
+
+    def close(self) -> None:
+        self.db._tx = self.queue
+
+
+async def test_writes_made_while_one_runs_are_committed_together_each_answered(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    hops = _Hops(db)
+    try:
+        first = asyncio.ensure_future(write(db, _slow_insert(1, 0.2)))
+        await asyncio.sleep(0.05)  # under way
+        rest = [asyncio.ensure_future(write(db, _slow_insert(k, 0))) for k in range(2, 12)]
+        assert await asyncio.gather(first, *rest) == list(range(1, 12))
+        assert hops.n == 2  # the lone write, then the ten queued behind it in one transaction
+        assert await _rows(db) == [(k, f"v{k}") for k in range(1, 12)]
+    finally:
+        hops.close()
+        await db.close()
+
+
+async def test_a_failing_write_in_a_group_fails_alone(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        def twice(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (20, 'half')")  # undone with its savepoint
+            conn.execute("INSERT INTO t VALUES (1, 'dup')")
+
+        first = asyncio.ensure_future(write(db, _slow_insert(1, 0.2)))
+        await asyncio.sleep(0.05)
+        group = [asyncio.ensure_future(write(db, w))
+                 for w in (_slow_insert(2, 0), twice, _slow_insert(3, 0))]
+        answers = await asyncio.gather(first, *group, return_exceptions=True)
+        assert answers[:2] == [1, 2] and answers[3] == 3
+        assert isinstance(answers[2], sqlite3.IntegrityError)
+        assert await _rows(db) == [(1, "v1"), (2, "v2"), (3, "v3")]
+        assert not db.in_transaction
+    finally:
+        await db.close()
+
+
+async def test_a_caller_gone_while_queued_has_its_write_never_made(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        first = asyncio.ensure_future(write(db, _slow_insert(1, 0.2)))
+        await asyncio.sleep(0.05)
+        gone = asyncio.ensure_future(write(db, _slow_insert(2, 0)))
+        kept = asyncio.ensure_future(write(db, _slow_insert(3, 0)))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert time.monotonic() - began < 0.1  # it left at once, not after the write under way
+        assert await asyncio.gather(first, kept) == [1, 3]
+        assert await _rows(db) == [(1, "v1"), (3, "v3")]
+    finally:
+        await db.close()
+
+
+async def test_a_caller_gone_while_its_group_runs_leaves_once_it_committed(tmp_path: Path) -> None:
+    db = await _open(tmp_path / "w.sqlite3")
+    try:
+        first = asyncio.ensure_future(write(db, _slow_insert(1, 0.1)))
+        await asyncio.sleep(0.05)
+        grouped = asyncio.ensure_future(write(db, _slow_insert(2, 0.3)))
+        await first
+        await asyncio.sleep(0.05)  # its group under way in the thread
+        grouped.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await grouped
+        assert time.monotonic() - began >= 0.15  # it waited for the transaction's end
+        assert not db.in_transaction
+        assert await _rows(db) == [(1, "v1"), (2, "v2")]  # committed whole
+    finally:
+        await db.close()
+
+
+async def test_a_group_waits_for_a_busy_file_each_write_up_to_its_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_db, "BUSY_MS", 400)
+    db = await _open(tmp_path / "w.sqlite3")
+    await db.execute("PRAGMA busy_timeout=10")
+    holder = sqlite3.connect(str(tmp_path / "w.sqlite3"), isolation_level=None)
+    try:
+        first = asyncio.ensure_future(write(db, _slow_insert(1, 0.1)))
+        await asyncio.sleep(0.03)
+        early = asyncio.ensure_future(write(db, _slow_insert(2, 0)))
+        holder.execute("BEGIN IMMEDIATE")  # another process takes the file before the group
+        await first
+        monkeypatch.setattr(sqlite_db, "BUSY_MS", 5000)
+        late = asyncio.ensure_future(write(db, _slow_insert(3, 0)))  # queued behind the group
+        with pytest.raises(StoreBusy):
+            await early  # its 0.4 s ran out
+        holder.rollback()
+        assert await late == 3
+        assert await _rows(db) == [(1, "v1"), (3, "v3")]
+    finally:
+        holder.close()
         await db.close()
