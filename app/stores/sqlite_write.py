@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from app.stores import sqlite_db, sqlite_inline
+from app.stores import sqlite_db
 from app.stores.sqlite_db import StoreBusy, _complete, _lock
 
 T = TypeVar("T")
@@ -154,30 +154,18 @@ class _Queue:
 _QUEUES: weakref.WeakKeyDictionary[aiosqlite.Connection, _Queue] = weakref.WeakKeyDictionary()
 
 
-async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T], *,
-                small: bool = False) -> T:
+async def write(db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     """``work(connection)`` as one write transaction (with the writes queued beside it, see
     the module's docstring), run in the connection's thread; committed when this returns.
     ``work`` must only use the ``sqlite3`` connection it is given, must not block on anything
-    but SQLite, and must not commit or roll back itself.  ``small`` (its payload at most
-    :data:`~app.stores.sqlite_inline.SMALL_BYTES`): it may be made on the loop's own thread when
-    nothing else is being written (:mod:`app.stores.sqlite_inline`)."""
+    but SQLite, and must not commit or roll back itself."""
     queue = _QUEUES.get(db)
     if queue is None:
         queue = _QUEUES[db] = _Queue()
     if queue.idle():
-        inline = sqlite_inline.of(db) if small else None
-        if inline is not None and not _lock(db).locked():
-            try:
-                made, out = inline.write(work)
-            except sqlite3.OperationalError as exc:
-                raise _busy(exc) from None
-            if made:
-                result: T = out
-                return result
         queue.alone = True
         try:
-            result = await _alone(db, work)
+            result: T = await _alone(db, work)
             return result
         finally:
             queue.alone = False

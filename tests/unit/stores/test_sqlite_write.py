@@ -123,11 +123,8 @@ async def test_a_cancelled_caller_leaves_once_the_transaction_has_finished(tmp_p
 @pytest.mark.parametrize("item_bytes", [10, 20_000])  # a plain item; one stored as a blob
 async def test_a_stored_response_is_one_hop_to_the_connections_thread(tmp_path: Path, item_bytes: int,
                                                                       ) -> None:
-    from app.stores import sqlite_inline
-
     store = await SqliteResponseStore.open(tmp_path / "r.sqlite3")
     db = store.connection
-    sqlite_inline.detach(db)  # the thread path (a small write on a free file takes none)
     hops = 0
     queue: Any = db._tx  # every job for the connection's thread goes through it
 
