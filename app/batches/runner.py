@@ -122,8 +122,9 @@ class BatchRunner:
                 except Exception:  # a store outage: try again at the next poll
                     log.exception("batch worker: a poll failed")
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
+                with contextlib.suppress(TimeoutError):  # (not wait_for: on 3.11 a cancel that
+                    async with asyncio.timeout(self.settings.poll_seconds):  # meets a wake is lost)
+                        await self._wake.wait()
         finally:
             renewer.cancel()
             tasks = [*self._running.values(), *self._validating.values()]

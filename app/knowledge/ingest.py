@@ -94,8 +94,9 @@ class Ingestor:
                 log.warning("ingestion: cannot claim a job (%s)", exc)
                 job = None
             if job is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), k.poll_seconds)
+                with contextlib.suppress(TimeoutError):  # (not wait_for: on 3.11 a cancel that
+                    async with asyncio.timeout(k.poll_seconds):  # meets a wake is lost)
+                        await self._wake.wait()
                 self._wake.clear()
                 continue
             try:

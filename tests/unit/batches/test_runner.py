@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -189,3 +190,20 @@ async def test_an_over_long_line_is_refused_and_the_rest_numbered_right(size: in
 
     got = await check(chunks(), ENDPOINT, lambda m: True, max_lines=10, max_line=1000)
     assert [(e["line"], e["code"]) for e in got.errors] == [(2, "line_too_long"), (5, "invalid_json_line")]
+
+
+async def test_a_runner_cancelled_as_it_is_woken_stops(stores: Pair) -> None:
+    """A cancel that meets a wake in the same loop turn: ``asyncio.wait_for`` on 3.11 returned
+    the wake and dropped the cancel, the runner polled on forever and the ``gather`` that
+    awaited it hung (a CI run stopped on the 300 s timeout, another was stuck past it)."""
+    store, files = stores
+    runner = BatchRunner(store, files, lambda d, p, b: asyncio.sleep(0),  # type: ignore[arg-type, return-value]
+                         known_model=lambda m: True, settings=replace(FAST, poll_seconds=30))
+    for _ in range(5):
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.1)  # parked in its wait for the next poll
+        runner.wake()
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        assert done, "the runner went on after its cancel"
+        assert task.cancelled()
